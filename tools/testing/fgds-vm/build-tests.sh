@@ -1,0 +1,18 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Build the in-guest test programs (tools/testing/selftests/fgds) against the
+# kernel's installed UAPI headers, inside the toolchain root. Output:
+# /fgds/tests-bin-<cfg> in the root, with TESTS listing what to run.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+need_root
+cfg=$(fgds_kconfig "${1:-}")
+out=/fgds/tests-bin-$cfg
+inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/null &&
+	mkdir -p $out &&
+	make -s -C /fgds/src/tools/testing/selftests/fgds \
+		KSFT=/fgds/linux/tools/testing/selftests \
+		KHDR=/fgds/kbuild-$cfg/usr/include O=$out" ||
+	die "building the selftests failed"

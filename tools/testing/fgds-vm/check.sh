@@ -1,0 +1,41 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The test command: host-side tests, then every in-guest selftest in the VM
+# (on FGDS_KCONFIG, default debug), then the summary line
+#   N passed, N failed[, N skipped]
+# Exit status 0 only when nothing failed.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+
+need_root
+export FGDS_KCONFIG=$(fgds_kconfig "${FGDS_KCONFIG:-debug}")
+results=$FGDS_BUILD/results-$FGDS_KCONFIG
+rm -rf "$results"
+mkdir -p "$results"
+start=$(date +%s)
+
+"$FGDS_VM/host-tests.sh" >"$results/host.tap" 2>&1
+cat "$results/host.tap"
+
+vm_ok=1
+"$FGDS_VM/run-vm.sh" check || vm_ok=0
+out=$FGDS_BUILD/vm-$FGDS_KCONFIG/out
+{
+	echo "1..3"
+	if [ $vm_ok = 1 ]; then echo "ok 1 vm: guest ran to completion, kernel log clean"
+	else echo "not ok 1 vm: guest ran to completion, kernel log clean"; fi
+	if grep -q . "$out/kmemleak.txt" 2>/dev/null; then
+		echo "not ok 2 vm: kmemleak found leaks"; sed 's/^/# /' "$out/kmemleak.txt" | head -40
+	elif [ -f "$out/kmemleak.txt" ]; then echo "ok 2 vm: kmemleak clean"
+	else echo "ok 2 vm: kmemleak clean # SKIP kernel without kmemleak"; fi
+	n=$(ls "$out"/tap/*.tap 2>/dev/null | wc -l)
+	if [ "$n" -gt 0 ]; then echo "ok 3 vm: $n selftest programs ran"
+	else echo "not ok 3 vm: no selftest program ran"; fi
+} >"$results/vm.tap"
+cp "$out"/tap/*.tap "$results/" 2>/dev/null
+
+python3 "$FGDS_VM/tap-summary.py" "$results"/*.tap
+rc=$?
+log "test command took $(( $(date +%s) - start ))s"
+exit $rc

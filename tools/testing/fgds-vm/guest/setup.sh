@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Sourced by the guest modes: finds the fixture's devices, partitions and
+# formats the data NVMe (fresh image each boot), binds the GPU stand-in to
+# vfio-pci, and exports what it found:
+#   FGDS_GPU_BDF   the ivshmem GPU stand-in (vfio-pci, BAR2 = "VRAM")
+#   FGDS_NVME      the data NVMe (whole namespace)
+#   FGDS_RAW       its raw partition
+#   FGDS_EXT4 FGDS_XFS   mount points of its file systems
+#   FGDS_CMB_BDF   the NVMe whose CMB is upstream p2pmem
+#   FGDS_CMB_NVME  that NVMe's namespace
+
+fgds_die() { echo "fgds-guest: setup: $*"; exit 1; }
+
+nvme_by_serial() {
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/serial" 2>/dev/null | tr -d ' ')" = "$1" ] && { basename "$c"; return; }
+	done
+}
+
+export FGDS_GPU_BDF=$(for d in /sys/bus/pci/devices/*; do
+	[ "$(cat "$d/vendor"):$(cat "$d/device")" = 0x1af4:0x1110 ] && basename "$d"
+done | head -n1)
+[ -n "$FGDS_GPU_BDF" ] || fgds_die "no ivshmem GPU stand-in on the PCI bus"
+
+ctrl=$(nvme_by_serial fgds0)
+[ -n "$ctrl" ] || fgds_die "no NVMe with serial fgds0"
+export FGDS_NVME=/dev/${ctrl}n1
+cmb=$(nvme_by_serial fgdscmb)
+[ -n "$cmb" ] || fgds_die "no NVMe with serial fgdscmb"
+export FGDS_CMB_NVME=/dev/${cmb}n1
+export FGDS_CMB_BDF=$(basename "$(readlink -f /sys/class/nvme/$cmb/device)")
+
+# raw 1 GiB, ext4 1.5 GiB, xfs the rest
+sfdisk -q "$FGDS_NVME" >/dev/null <<PART || fgds_die "sfdisk $FGDS_NVME failed"
+label: gpt
+size=1GiB, name=raw
+size=1536MiB, name=ext4
+name=xfs
+PART
+export FGDS_RAW=${FGDS_NVME}p1
+mkdir -p /mnt/ext4 /mnt/xfs
+mkfs.ext4 -q -F ${FGDS_NVME}p2 || fgds_die "mkfs.ext4 failed"
+mkfs.xfs -q -f ${FGDS_NVME}p3 || fgds_die "mkfs.xfs failed"
+mount ${FGDS_NVME}p2 /mnt/ext4 || fgds_die "mount ext4 failed"
+mount ${FGDS_NVME}p3 /mnt/xfs || fgds_die "mount xfs failed"
+export FGDS_EXT4=/mnt/ext4 FGDS_XFS=/mnt/xfs
+
+echo 1af4 1110 >/sys/bus/pci/drivers/vfio-pci/new_id 2>/dev/null
+# fgds serves the stand-in (class "RAM memory", not a GPU class) through ids=.
+if modinfo fgds >/dev/null 2>&1; then
+	modprobe fgds ids=1af4:1110 || fgds_die "modprobe fgds failed"
+fi
+[ -e /sys/bus/pci/drivers/vfio-pci/$FGDS_GPU_BDF ] ||
+	fgds_die "vfio-pci did not bind $FGDS_GPU_BDF (is vfio.enable_unsafe_noiommu_mode=1 set?)"
+
+# A block device that cannot do P2P DMA: a loop device over tmpfs.
+truncate -s 64M /tmp/loop.img
+export FGDS_LOOP=$(losetup -f --show /tmp/loop.img) || fgds_die "losetup failed"

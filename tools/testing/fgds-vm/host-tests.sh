@@ -1,0 +1,129 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Host-side tests (TAP): the harness itself, then the user-space library and
+# CLI under tools/ (cargo test, fmt, clippy).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n $*"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n $*"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else notok "$name"; fi; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# barcheck: fill then check passes; a flipped byte, a wrong seed and a range
+# outside the BAR are each reported.
+gcc -O2 -Wall -Werror -o "$tmp/barcheck" "$FGDS_VM/barcheck.c" 2>"$tmp/cc.log"
+check "barcheck builds without warnings" test -x "$tmp/barcheck"
+truncate -s 1M "$tmp/bar"
+check "barcheck fill" sh -c "'$tmp/barcheck' '$tmp/bar' fill 7 4099 100000 5 | grep -qx ok"
+check "barcheck check of the same stream" \
+	sh -c "'$tmp/barcheck' '$tmp/bar' check 7 4099 100000 5 | grep -qx ok"
+printf '\x00' | dd of="$tmp/bar" bs=1 seek=$((4099 + 99999)) conv=notrunc status=none
+check "barcheck finds a changed last byte" \
+	sh -c "'$tmp/barcheck' '$tmp/bar' check 7 4099 100000 5 | grep -q 'mismatch at 0x1003+0x1869f'"
+check "barcheck finds a wrong seed" \
+	sh -c "! '$tmp/barcheck' '$tmp/bar' check 8 4099 100 5 >/dev/null"
+check "barcheck refuses a range outside the BAR" \
+	sh -c "'$tmp/barcheck' '$tmp/bar' check 7 1048000 1000 0 | grep -q 'outside'"
+
+# serve answers a request written the way the guest writes it
+mkdir -p "$tmp/srv/req" "$tmp/srv/resp"
+"$tmp/barcheck" "$tmp/bar" serve "$tmp/srv" &
+srv=$!
+echo "fill 9 0 4096 0" >"$tmp/srv/req/1~" && mv "$tmp/srv/req/1~" "$tmp/srv/req/1"
+for _ in $(seq 100); do [ -f "$tmp/srv/resp/1" ] && break; sleep 0.05; done
+check "barcheck serve answers a request" grep -qx ok "$tmp/srv/resp/1"
+touch "$tmp/srv/stop"
+wait $srv
+check "barcheck serve stops on request" test $? -eq 0
+
+# tap-summary: counts, skips, and a crashed program's missing results
+printf '1..3\nok 1 a\nnot ok 2 b\nok 3 c # SKIP no\n' >"$tmp/a.tap"
+printf '1..4\nok 1 a\n' >"$tmp/b.tap"
+check "tap-summary counts pass, fail, skip and missing results" \
+	sh -c "python3 '$FGDS_VM/tap-summary.py' '$tmp/a.tap' '$tmp/b.tap' | tail -n1 | grep -qx '2 passed, 4 failed, 1 skipped'"
+
+# Scripts refuse bad environments with one clear sentence.
+if command -v setpriv >/dev/null; then
+	out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$FGDS_VM/build-kernel.sh" 2>&1)
+	check "not root: one clear sentence" sh -c "echo '$out' | grep -q 'must run as root'"
+fi
+out=$(FGDS_KCONFIG=bogus "$FGDS_VM/build-kernel.sh" 2>&1)
+check "unknown kernel configuration is named" sh -c "echo \"\$1\" | grep -q \"unknown kernel configuration 'bogus'\"" _ "$out"
+out=$("$FGDS_VM/run-vm.sh" nosuchmode 2>&1)
+check "unknown guest mode is named" sh -c "echo \"\$1\" | grep -q \"no guest mode 'nosuchmode'\"" _ "$out"
+
+# The toolchain cache: missing, stale (stamp from another recipe) or ready.
+mkdir -p "$tmp/b1/root"
+check "toolchain: missing root detected" \
+	sh -c "FGDS_BUILD='$tmp/b0' '$FGDS_VM/toolchain.sh' --status | grep -qx missing"
+check "toolchain: half-built root (no stamp) detected as stale" \
+	sh -c "FGDS_BUILD='$tmp/b1' '$FGDS_VM/toolchain.sh' --status | grep -qx stale"
+echo old >"$tmp/b1/root/.fgds-toolchain"
+check "toolchain: root from another recipe detected as stale" \
+	sh -c "FGDS_BUILD='$tmp/b1' '$FGDS_VM/toolchain.sh' --status | grep -qx stale"
+"$FGDS_VM/toolchain.sh" --recipe >"$tmp/b1/root/.fgds-toolchain"
+check "toolchain: current root detected as ready" \
+	sh -c "FGDS_BUILD='$tmp/b1' '$FGDS_VM/toolchain.sh' --status | grep -qx ready"
+
+# The log scanner fails on each kind of report, passes on a clean log.
+printf '[    1.000000] hello\nfgds-guest: BUG: not a kernel line\n' >"$tmp/clean.log"
+check "scan-log passes a clean log" "$FGDS_VM/scan-log.sh" "$tmp/clean.log"
+for r in 'BUG: KASAN: slab-use-after-free in foo' 'WARNING: CPU: 0 PID: 1 at mm/gup.c:1 x' \
+	 'INFO: task fio:12 blocked for more than 60 seconds.' \
+	 'WARNING: possible circular locking dependency detected' 'Oops: 0000 [#1] SMP'; do
+	printf '[    2.000000] %s\n' "$r" >"$tmp/bad.log"
+	check "scan-log fails on '${r%% *}...'" sh -c "! '$FGDS_VM/scan-log.sh' '$tmp/bad.log' 2>/dev/null"
+done
+
+# The user-space library and CLI (tools/): its own tests, lints and format.
+if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && [ "${FGDS_SKIP_CARGO:-0}" != 1 ]; then
+	if ! command -v cargo >/dev/null; then
+		notok "user space: cargo not found (install Rust with rustup)"
+	else
+		(cd "$FGDS_TOP/tools" && cargo test --workspace --release -j"$(nproc)" 2>&1) >"$tmp/cargo.log"
+		rc=$?
+		while read -r name res; do
+			case $res in
+			ok) ok "cargo: $name" ;;
+			ignored) n=$((n + 1)); echo "ok $n cargo: $name # SKIP ignored" ;;
+			*) notok "cargo: $name" ;;
+			esac
+		done < <(sed -n 's/^test \(.*\) \.\.\. \(ok\|FAILED\|ignored\)$/\1 \2/p' "$tmp/cargo.log")
+		if [ $rc -ne 0 ] && ! grep -q FAILED "$tmp/cargo.log"; then
+			notok "cargo test: build or run failed"; sed 's/^/# /' "$tmp/cargo.log" | tail -n 30
+		fi
+		check "user space: cargo fmt --check" sh -c "cd '$FGDS_TOP/tools' && cargo fmt --all --check >/dev/null 2>&1"
+		if (cd "$FGDS_TOP/tools" && cargo clippy --workspace --all-targets --release \
+			-j"$(nproc)" -- -D warnings) >"$tmp/clippy.log" 2>&1; then
+			ok "user space: cargo clippy -D warnings"
+		else
+			notok "user space: cargo clippy -D warnings"
+			sed 's/^/# /' "$tmp/clippy.log" | tail -n 20
+		fi
+	fi
+fi
+
+# The Python package (tools/python): pytest, one TAP line per test.
+if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" != 1 ]; then
+	CARGO_BUILD_JOBS=$(nproc) "$FGDS_TOP/tools/python/run-tests.sh" -v >"$tmp/pytest.log" 2>&1
+	rc=$?
+	while read -r name res; do
+		case $res in
+		PASSED) ok "python: $name" ;;
+		SKIPPED) n=$((n + 1)); echo "ok $n python: $name # SKIP" ;;
+		*) notok "python: $name" ;;
+		esac
+	done < <(sed -n 's/^\(tests\/[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
+	if [ $rc -ne 0 ] && ! grep -qE ' (FAILED|ERROR)' "$tmp/pytest.log"; then
+		notok "python: build or install failed"; sed 's/^/# /' "$tmp/pytest.log" | tail -n 30
+	fi
+fi
+
+echo "1..$n"
+exit $((fails > 0))

@@ -1,0 +1,116 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Boot the fgds test VM and run one guest mode (guest/<mode>.sh).
+#
+#   run-vm.sh MODE      MODE: check, demo, shell-less modes under guest/
+#
+# Environment:
+#   FGDS_KCONFIG     release (default) or debug
+#   FGDS_VM_TIMEOUT  watchdog in seconds (default 1500): the VM is killed then
+#   FGDS_ACCEL       tcg (default) or kvm; kvm is used only if asked for and
+#                    a probe boot with it succeeds (nested KVM hangs on some hosts)
+#
+# The topology (q35, TCG):
+#   root port - x3130 switch -+- dn1: NVMe "fgds0" (data: raw, ext4, xfs)
+#                             +- dn2: ivshmem-plain, BAR2 = /dev/shm/fgds-vram-* (the GPU stand-in)
+#                             +- dn3: NVMe "fgdscmb" with a 64 MiB CMB (upstream p2pmem)
+# The console is logged to build/vm-<cfg>/console.log. The run fails when the
+# guest does not finish, or when the log holds an oops, a BUG, a WARN, a KASAN,
+# lockdep or hung-task report.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+need_root
+mode=${1:?usage: run-vm.sh MODE}
+[ -f "$FGDS_VM/guest/$mode.sh" ] || die "no guest mode '$mode' (see $FGDS_VM/guest/)"
+cfg=$(fgds_kconfig)
+timeout_s=${FGDS_VM_TIMEOUT:-1500}
+
+bzimage=$("$FGDS_VM/build-kernel.sh" "$cfg" | tail -n1)
+"$FGDS_VM/build-tests.sh" "$cfg"
+
+vm=$FGDS_BUILD/vm-$cfg
+out=$vm/out
+rm -rf "$out"
+mkdir -p "$out/req" "$out/resp" "$out/tap"
+cp "$FGDS_VM/guest/init" "$FGDS_ROOT/fgds/init"
+chmod 755 "$FGDS_ROOT/fgds/init"
+mkdir -p "$FGDS_ROOT/fgds/src" "$FGDS_ROOT/fgds/out"
+
+# Fresh sparse disks and VRAM every boot.
+rm -f "$vm/nvme0.img" "$vm/nvme1.img"
+truncate -s 4G "$vm/nvme0.img"
+truncate -s 256M "$vm/nvme1.img"
+vram=/dev/shm/fgds-vram-$$
+truncate -s 512M "$vram"
+gcc -O2 -Wall -o "$vm/barcheck" "$FGDS_VM/barcheck.c"
+
+log=$vm/console.log
+: >"$log"
+"$vm/barcheck" "$vram" serve "$out" &
+checker=$!
+cleanup() {
+	touch "$out/stop"
+	wait "$checker" 2>/dev/null || true
+	rm -f "$vram"
+}
+trap cleanup EXIT
+
+accel=tcg,thread=multi
+if [ "${FGDS_ACCEL:-tcg}" = kvm ]; then
+	if "$FGDS_VM/probe-kvm.sh" "$bzimage"; then
+		accel=kvm
+	else
+		log "KVM probe boot failed: using TCG"
+	fi
+fi
+
+append="console=ttyS0 root=fgdsroot rootfstype=9p ro"
+append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose"
+append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1"
+append+=" fgds.mode=$mode fgds.kconfig=$cfg"
+
+log "booting ($cfg kernel, $mode, console: $log)"
+set +e
+timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
+	-M q35 -accel "$accel" -cpu max -smp 2 -m 3G \
+	-display none -monitor none -no-reboot -serial "file:$log" \
+	-kernel "$bzimage" -append "$append" \
+	-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
+	-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
+	-fsdev local,id=src,path="$FGDS_TOP",security_model=none,readonly=on \
+	-device virtio-9p-pci,fsdev=src,mount_tag=fgdssrc \
+	-fsdev local,id=out,path="$out",security_model=none \
+	-device virtio-9p-pci,fsdev=out,mount_tag=fgdsout \
+	-device pcie-root-port,id=rp1,chassis=1,slot=1 \
+	-device x3130-upstream,id=up1,bus=rp1 \
+	-device xio3130-downstream,id=dn1,bus=up1,chassis=2,slot=1 \
+	-device xio3130-downstream,id=dn2,bus=up1,chassis=3,slot=2 \
+	-device xio3130-downstream,id=dn3,bus=up1,chassis=4,slot=3 \
+	-drive file="$vm/nvme0.img",if=none,id=nvm0,format=raw,cache=unsafe \
+	-device nvme,serial=fgds0,drive=nvm0,bus=dn1 \
+	-object memory-backend-file,id=vram,share=on,mem-path="$vram",size=512M \
+	-device ivshmem-plain,memdev=vram,bus=dn2 \
+	-drive file="$vm/nvme1.img",if=none,id=nvm1,format=raw,cache=unsafe \
+	-device nvme,serial=fgdscmb,drive=nvm1,cmb_size_mb=64,bus=dn3 \
+	</dev/null &
+qemu=$!
+# Show the guest's own output (kernel lines start with a timestamp).
+tail -n +1 -F --pid=$qemu "$log" 2>/dev/null | grep --line-buffered -v '^\[ *[0-9]' &
+wait $qemu
+rc=$?
+sleep 0.5
+set -e
+
+status=0
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+	log "watchdog: the VM did not finish in ${timeout_s}s and was killed"
+	status=1
+fi
+if ! grep -q '^fgds-guest: done' "$log"; then
+	log "the guest did not finish (see $log)"
+	status=1
+fi
+"$FGDS_VM/scan-log.sh" "$log" || status=1
+exit $status

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Count TAP results over files; print failures and 'N passed, N failed, N skipped'.
+
+A program whose plan (1..N) announced more results than it printed counts
+the missing ones as failed: a test binary that crashed does not pass.
+"""
+import re
+import sys
+
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    plan = None
+    seen = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = re.match(r"^1\.\.(\d+)", line)
+            if m and plan is None:
+                plan = int(m.group(1))
+                continue
+            m = re.match(r"^(not ok|ok)\b\s*\d*\s*(.*)$", line)
+            if not m:
+                continue
+            seen += 1
+            name = m.group(2)
+            if re.search(r"#\s*SKIP", name, re.I):
+                skipped += 1
+            elif m.group(1) == "ok":
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAILED: {path.rsplit('/', 1)[-1]}: {name}")
+    if plan is not None and seen < plan:
+        failed += plan - seen
+        print(f"FAILED: {path.rsplit('/', 1)[-1]}: {plan - seen} planned results missing")
+    if plan is None and seen == 0:
+        failed += 1
+        print(f"FAILED: {path.rsplit('/', 1)[-1]}: no TAP output")
+
+line = f"{passed} passed, {failed} failed"
+if skipped:
+    line += f", {skipped} skipped"
+print(line)
+sys.exit(1 if failed else 0)

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * In-guest side of the host checks: ask the host (tools/testing/fgds-vm/
+ * barcheck.c, serving /fgds/out) to compare a range of the GPU stand-in's
+ * BAR file with a pattern stream, or to fill it with one.
+ */
+#ifndef FGDS_HOST_H
+#define FGDS_HOST_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FGDS_HOST_DIR "/fgds/out"
+
+/*
+ * Returns 0 when the host answered "ok"; otherwise -1 with the host's answer
+ * (or the local error) in @ans.
+ */
+static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len,
+				uint64_t pos, char *ans, size_t ans_len)
+{
+	static unsigned int seq;
+	char name[64], tmp[160], req[160], resp[160];
+	struct timespec start, now;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "%d-%u", getpid(), seq++);
+	snprintf(tmp, sizeof(tmp), FGDS_HOST_DIR "/req/%s~", name);
+	snprintf(req, sizeof(req), FGDS_HOST_DIR "/req/%s", name);
+	snprintf(resp, sizeof(resp), FGDS_HOST_DIR "/resp/%s", name);
+	f = fopen(tmp, "w");
+	if (!f || fprintf(f, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", op, seed,
+			  bar_off, len, pos) < 0 || fclose(f) || rename(tmp, req)) {
+		snprintf(ans, ans_len, "cannot write request %s: %s", req, strerror(errno));
+		return -1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		f = fopen(resp, "r");
+		if (f) {
+			if (!fgets(ans, ans_len, f))
+				snprintf(ans, ans_len, "empty answer");
+			fclose(f);
+			unlink(resp);
+			ans[strcspn(ans, "\n")] = 0;
+			return strcmp(ans, "ok") ? -1 : 0;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > 120) {
+			snprintf(ans, ans_len, "no answer from the host checker in 120 s");
+			return -1;
+		}
+		usleep(10000);
+	}
+}
+
+#endif /* FGDS_HOST_H */

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The GPU stand-in's exporter, seen from user space: vfio-pci in no-IOMMU
+ * mode exports ranges of the ivshmem BAR2 as dma-bufs
+ * (VFIO_DEVICE_FEATURE_DMA_BUF), and maps the BAR for CPU access.
+ */
+#ifndef FGDS_VFIO_H
+#define FGDS_VFIO_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <linux/vfio.h>
+
+#define FGDS_VRAM_REGION VFIO_PCI_BAR2_REGION_INDEX
+
+struct fgds_vfio {
+	int container;
+	int group;
+	int device;
+	uint64_t bar_size;
+	uint64_t bar_offset;	/* of BAR2 in the device fd, for mmap */
+};
+
+static inline const char *fgds_gpu_bdf(void)
+{
+	const char *bdf = getenv("FGDS_GPU_BDF");
+
+	return bdf ? bdf : "0000:04:00.0";
+}
+
+/* Returns 0 or a negative errno; @why says which step failed. */
+static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
+{
+	struct vfio_region_info reg = { .argsz = sizeof(reg), .index = FGDS_VRAM_REGION };
+	char link[PATH_MAX], target[PATH_MAX], group[64];
+	ssize_t n;
+
+	memset(v, 0xff, sizeof(*v) - 2 * sizeof(uint64_t));
+	snprintf(link, sizeof(link), "/sys/bus/pci/devices/%s/iommu_group", fgds_gpu_bdf());
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0) {
+		*why = "no iommu_group link (is the stand-in bound to vfio-pci?)";
+		return -errno;
+	}
+	target[n] = 0;
+	snprintf(group, sizeof(group), "/dev/vfio/noiommu-%s", basename(target));
+
+	*why = "open /dev/vfio/vfio";
+	v->container = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
+	if (v->container < 0)
+		return -errno;
+	*why = "open the noiommu group";
+	v->group = open(group, O_RDWR | O_CLOEXEC);
+	if (v->group < 0)
+		return -errno;
+	*why = "VFIO_GROUP_SET_CONTAINER";
+	if (ioctl(v->group, VFIO_GROUP_SET_CONTAINER, &v->container))
+		return -errno;
+	*why = "VFIO_SET_IOMMU(VFIO_NOIOMMU_IOMMU)";
+	if (ioctl(v->container, VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU))
+		return -errno;
+	*why = "VFIO_GROUP_GET_DEVICE_FD";
+	v->device = ioctl(v->group, VFIO_GROUP_GET_DEVICE_FD, fgds_gpu_bdf());
+	if (v->device < 0)
+		return -errno;
+	*why = "VFIO_DEVICE_GET_REGION_INFO(BAR2)";
+	if (ioctl(v->device, VFIO_DEVICE_GET_REGION_INFO, &reg))
+		return -errno;
+	v->bar_size = reg.size;
+	v->bar_offset = reg.offset;
+	*why = NULL;
+	return 0;
+}
+
+static inline void fgds_vfio_close(struct fgds_vfio *v)
+{
+	if (v->device >= 0)
+		close(v->device);
+	if (v->group >= 0)
+		close(v->group);
+	if (v->container >= 0)
+		close(v->container);
+}
+
+/* Export [off, off + len) of the BAR as a dma-buf: returns its fd or -errno. */
+static inline int fgds_vfio_dmabuf(struct fgds_vfio *v, uint64_t off, uint64_t len)
+{
+	struct {
+		struct vfio_device_feature hdr;
+		struct vfio_device_feature_dma_buf db;
+		struct vfio_region_dma_range range;
+	} __attribute__((packed)) req = {
+		.hdr = {
+			.argsz = sizeof(req),
+			.flags = VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_DMA_BUF,
+		},
+		.db = {
+			.region_index = FGDS_VRAM_REGION,
+			.open_flags = O_RDWR | O_CLOEXEC,
+			.nr_ranges = 1,
+		},
+		.range = { .offset = off, .length = len },
+	};
+	int fd = ioctl(v->device, VFIO_DEVICE_FEATURE, &req);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* CPU mapping of the whole BAR through vfio-pci. */
+static inline void *fgds_vfio_map_bar(struct fgds_vfio *v)
+{
+	void *p = mmap(NULL, v->bar_size, PROT_READ | PROT_WRITE, MAP_SHARED, v->device,
+		       v->bar_offset);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Value of "key:" in /proc/self/fdinfo/@fd, or "" */
+static inline void fgds_fdinfo(int fd, const char *key, char *val, size_t len)
+{
+	char path[64], line[256];
+	size_t kl = strlen(key);
+	FILE *f;
+
+	val[0] = 0;
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, kl) && line[kl] == ':') {
+			char *p = line + kl + 1;
+
+			p += strspn(p, " \t");
+			p[strcspn(p, "\n")] = 0;
+			snprintf(val, len, "%s", p);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+#endif /* FGDS_VFIO_H */
