@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! DMA-buf import: dynamic, peer-to-peer attachments with invalidation.
+//!
+//! C headers: [`include/linux/dma-buf.h`](srctree/include/linux/dma-buf.h),
+//! [`include/linux/dma-resv.h`](srctree/include/linux/dma-resv.h).
+//!
+//! An importer takes a [`DmaBuf`] from a file descriptor with [`DmaBuf::get`], attaches a device
+//! to it with [`DynamicAttachment::new`] and maps the attachment under the buffer's reservation
+//! lock ([`DynamicAttachment::lock`], [`Locked::map`]). The exporter may invalidate the mapping at
+//! any time (it moves or revokes the memory): [`Importer::invalidate_mappings`] is then called with
+//! the reservation lock held, and must stop every access to the memory before it returns; it may
+//! unmap the attachment through the [`Locked`] it is given.
+
+use crate::{
+    bindings,
+    device::Device,
+    dma::DataDirection,
+    error::from_err_ptr,
+    prelude::*,
+    scatterlist::SGTable,
+    sync::aref::{
+        ARef,
+        AlwaysRefCounted, //
+    },
+    sync::Arc,
+    types::Opaque,
+};
+use core::{
+    cell::UnsafeCell,
+    marker::PhantomData,
+    ptr::NonNull, //
+};
+
+/// A DMA-buf: a buffer shared between drivers, reference counted through its file.
+///
+/// # Invariants
+///
+/// The inner `struct dma_buf` is valid while a reference to it is held ([`ARef<DmaBuf>`] holds
+/// one: `get_dma_buf()`/`dma_buf_put()`).
+#[repr(transparent)]
+pub struct DmaBuf(Opaque<bindings::dma_buf>);
+
+// SAFETY: A `struct dma_buf` may be used and released from any thread.
+unsafe impl Send for DmaBuf {}
+// SAFETY: All `&self` methods are safe to call concurrently.
+unsafe impl Sync for DmaBuf {}
+
+// SAFETY: The refcount of a dma-buf is its file's: `get_dma_buf()` takes one, `dma_buf_put()`
+// drops one and frees the buffer with the last.
+unsafe impl AlwaysRefCounted for DmaBuf {
+    fn inc_ref(&self) {
+        // SAFETY: By the type invariant the buffer is valid, and the caller holds a reference.
+        unsafe { bindings::get_dma_buf(self.as_raw()) };
+    }
+
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller gives up a reference it owns.
+        unsafe { bindings::dma_buf_put(obj.cast().as_ptr()) };
+    }
+}
+
+impl DmaBuf {
+    /// Takes a reference to the dma-buf behind the file descriptor `fd` of the current process.
+    ///
+    /// Fails with `EBADF` when `fd` is not an open file and `EINVAL` when the file is not a
+    /// dma-buf.
+    pub fn get(fd: i32) -> Result<ARef<Self>> {
+        // SAFETY: `dma_buf_get()` accepts any integer.
+        let ptr = from_err_ptr(unsafe { bindings::dma_buf_get(fd) })?;
+        // INVARIANT: `dma_buf_get()` returned a valid buffer with a reference that we now own.
+        // SAFETY: `ptr` is valid and non-null, and we transfer its reference to the `ARef`.
+        Ok(unsafe { ARef::from_raw(NonNull::new_unchecked(ptr.cast())) })
+    }
+
+    /// Returns the raw pointer to the `struct dma_buf`.
+    pub fn as_raw(&self) -> *mut bindings::dma_buf {
+        self.0.get()
+    }
+
+    /// Size of the buffer in bytes.
+    pub fn size(&self) -> usize {
+        // SAFETY: `size` is set at export time and never changes.
+        unsafe { (*self.as_raw()).size }
+    }
+
+    /// Waits for the fences an importer must wait for before using the memory (the exporter's
+    /// moves and clears: `DMA_RESV_USAGE_KERNEL`). Interruptible: fails with `ERESTARTSYS`.
+    pub fn wait_kernel_fences(&self) -> Result {
+        // SAFETY: `resv` is valid for the lifetime of the buffer.
+        let ret = unsafe {
+            bindings::dma_resv_wait_timeout(
+                (*self.as_raw()).resv,
+                bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+                true,
+                // MAX_SCHEDULE_TIMEOUT
+                crate::ffi::c_long::MAX as crate::ffi::c_ulong,
+            )
+        };
+        if ret < 0 {
+            return Err(Error::from_errno(ret as i32));
+        }
+        Ok(())
+    }
+}
+
+/// The importer side of a [`DynamicAttachment`].
+pub trait Importer: Send + Sync + Sized {
+    /// Called by the exporter, with the reservation lock held, when the memory is about to move
+    /// or be revoked.
+    ///
+    /// When this returns, the importer must have stopped every access to the memory (or fenced
+    /// it in the reservation object). Unmapping through `attach` tells the exporter that the
+    /// mapping is no longer used.
+    fn invalidate_mappings(&self, attach: &Locked<'_, Self>);
+}
+
+/// What the attachment's `importer_priv` points to.
+///
+/// # Invariants
+///
+/// `sgt` is either null or a mapping of the attachment returned by `dma_buf_map_attachment()`
+/// and not unmapped yet; it is only accessed with the reservation lock held.
+struct Inner<T> {
+    data: Arc<T>,
+    sgt: UnsafeCell<*mut bindings::sg_table>,
+    dir: DataDirection,
+}
+
+/// A dynamic attachment of a device to a [`DmaBuf`], peer-to-peer capable and revocable.
+///
+/// # Invariants
+///
+/// `attach` was returned by `dma_buf_dynamic_attach()` for `buf` with `importer_priv` pointing
+/// to `inner`, and is detached only in [`Drop`].
+pub struct DynamicAttachment<T: Importer> {
+    attach: NonNull<bindings::dma_buf_attachment>,
+    buf: ARef<DmaBuf>,
+    inner: Pin<KBox<Inner<T>>>,
+}
+
+// SAFETY: The attachment may be used and dropped from any thread; `T` is `Send + Sync`.
+unsafe impl<T: Importer> Send for DynamicAttachment<T> {}
+// SAFETY: The mutable state (`sgt`) is only accessed under the reservation lock.
+unsafe impl<T: Importer> Sync for DynamicAttachment<T> {}
+
+impl<T: Importer> DynamicAttachment<T> {
+    const OPS: bindings::dma_buf_attach_ops = bindings::dma_buf_attach_ops {
+        allow_peer2peer: true,
+        invalidate_mappings: Some(Self::invalidate_callback),
+    };
+
+    /// Attaches `dev` to `buf` as a dynamic importer that can handle peer-to-peer memory and
+    /// invalidation. `importer` receives [`Importer::invalidate_mappings`].
+    ///
+    /// The exporter may refuse (`EOPNOTSUPP` from exporters that need other kinds of
+    /// importers, `ENODEV` from a revoked buffer).
+    pub fn new(
+        buf: &ARef<DmaBuf>,
+        dev: &Device,
+        importer: Arc<T>,
+        dir: DataDirection,
+    ) -> Result<Self> {
+        let inner = KBox::pin(
+            Inner {
+                data: importer,
+                sgt: UnsafeCell::new(core::ptr::null_mut()),
+                dir,
+            },
+            GFP_KERNEL,
+        )?;
+        let priv_: *const Inner<T> = &*inner;
+        // SAFETY: `buf` and `dev` are valid; `Self::OPS` is static; `priv_` stays valid until the
+        // attachment is detached in `drop` because `inner` is pinned and owned by `Self`.
+        let attach = from_err_ptr(unsafe {
+            bindings::dma_buf_dynamic_attach(
+                buf.as_raw(),
+                dev.as_raw(),
+                &Self::OPS,
+                priv_.cast_mut().cast(),
+            )
+        })?;
+        // INVARIANT: `attach` was just returned for `buf` with `importer_priv` = `inner`.
+        Ok(Self {
+            // SAFETY: `from_err_ptr` returned a valid, non-null pointer.
+            attach: unsafe { NonNull::new_unchecked(attach) },
+            buf: buf.clone(),
+            inner,
+        })
+    }
+
+    /// The dma-buf this attachment is for.
+    pub fn dma_buf(&self) -> &DmaBuf {
+        &self.buf
+    }
+
+    /// Whether the exporter agreed to give peer-to-peer (struct-page-less) memory.
+    pub fn peer2peer(&self) -> bool {
+        // SAFETY: `peer2peer` is set by `dma_buf_dynamic_attach()` and never changes.
+        unsafe { (*self.attach.as_ptr()).peer2peer }
+    }
+
+    /// Takes the buffer's reservation lock.
+    pub fn lock(&self) -> Guard<'_, T> {
+        // SAFETY: `resv` is valid for the lifetime of the buffer; a NULL context asks for a plain
+        // (non-ww) lock, which cannot fail with `EDEADLK`.
+        unsafe { bindings::dma_resv_lock((*self.buf.as_raw()).resv, core::ptr::null_mut()) };
+        // INVARIANT: the lock was just taken and is released by `Guard::drop`.
+        Guard {
+            locked: Locked {
+                attach: self.attach,
+                inner: &self.inner,
+                _p: PhantomData,
+            },
+        }
+    }
+
+    unsafe extern "C" fn invalidate_callback(attach: *mut bindings::dma_buf_attachment) {
+        // SAFETY: The dma-buf core calls this for an attachment made by `new`, whose
+        // `importer_priv` points to an `Inner<T>` that lives until the attachment is detached.
+        let inner = unsafe { &*(*attach).importer_priv.cast::<Inner<T>>() };
+        // INVARIANT: the dma-buf core holds the reservation lock across this callback.
+        let locked = Locked {
+            // SAFETY: `attach` is valid and non-null for the duration of the callback.
+            attach: unsafe { NonNull::new_unchecked(attach) },
+            inner,
+            _p: PhantomData,
+        };
+        inner.data.invalidate_mappings(&locked);
+    }
+}
+
+impl<T: Importer> Drop for DynamicAttachment<T> {
+    fn drop(&mut self) {
+        self.lock().unmap();
+        // SAFETY: By the type invariant `attach` belongs to `buf` and is still attached. After
+        // this no callback can reach `inner`.
+        unsafe { bindings::dma_buf_detach(self.buf.as_raw(), self.attach.as_ptr()) };
+    }
+}
+
+/// A [`DynamicAttachment`] whose buffer's reservation lock is held.
+///
+/// # Invariants
+///
+/// The reservation lock of the attachment's buffer is held for `'a`.
+pub struct Locked<'a, T: Importer> {
+    attach: NonNull<bindings::dma_buf_attachment>,
+    inner: &'a Inner<T>,
+    _p: PhantomData<&'a ()>,
+}
+
+impl<T: Importer> Locked<'_, T> {
+    /// Maps the attachment for its device, if not mapped yet, and returns the mapping.
+    ///
+    /// The addresses in the table are DMA addresses for the attached device.
+    pub fn map(&self) -> Result<&SGTable> {
+        // SAFETY: The reservation lock is held (type invariant), which protects `sgt`.
+        let sgt = unsafe { &mut *self.inner.sgt.get() };
+        if sgt.is_null() {
+            // SAFETY: `attach` is valid and the reservation lock is held, as a dynamic
+            // importer's mapping requires.
+            let ptr = from_err_ptr(unsafe {
+                bindings::dma_buf_map_attachment(self.attach.as_ptr(), self.inner.dir.into())
+            })?;
+            // INVARIANT: `ptr` is a live mapping of the attachment.
+            *sgt = ptr;
+        }
+        // SAFETY: `sgt` is a valid mapping until it is unmapped, which needs `&self` too and
+        // the lock, so the borrow cannot outlive it.
+        Ok(unsafe { SGTable::from_raw(*sgt) })
+    }
+
+    /// Whether the attachment is mapped.
+    pub fn is_mapped(&self) -> bool {
+        // SAFETY: The reservation lock is held (type invariant).
+        !unsafe { *self.inner.sgt.get() }.is_null()
+    }
+
+    /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
+    pub fn unmap(&self) {
+        // SAFETY: The reservation lock is held (type invariant).
+        let sgt = unsafe { &mut *self.inner.sgt.get() };
+        if !sgt.is_null() {
+            // SAFETY: `*sgt` is the live mapping of `attach`; the lock is held.
+            unsafe {
+                bindings::dma_buf_unmap_attachment(
+                    self.attach.as_ptr(),
+                    *sgt,
+                    self.inner.dir.into(),
+                )
+            };
+            // INVARIANT: the mapping is gone.
+            *sgt = core::ptr::null_mut();
+        }
+    }
+}
+
+/// The reservation lock of a [`DynamicAttachment`]'s buffer, released on drop.
+pub struct Guard<'a, T: Importer> {
+    locked: Locked<'a, T>,
+}
+
+impl<'a, T: Importer> core::ops::Deref for Guard<'a, T> {
+    type Target = Locked<'a, T>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.locked
+    }
+}
+
+impl<T: Importer> Drop for Guard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: The guard took the lock in `DynamicAttachment::lock` and holds it.
+        unsafe {
+            bindings::dma_resv_unlock((*(*self.locked.attach.as_ptr()).dmabuf).resv);
+        }
+    }
+}
