@@ -20,7 +20,7 @@ mkdir -p "$FGDS_ROOT/fgds/out"
 cp "$FGDS_VM/guest/init" "$FGDS_ROOT/fgds/init"
 timeout -k 5 60 qemu-system-x86_64 -M q35 -accel kvm -cpu host -smp 1 -m 512M \
 	-display none -monitor none -no-reboot -serial "file:$log" -kernel "$bz" \
-	-append "console=ttyS0 root=fgdsroot rootfstype=9p ro rootflags=trans=virtio,version=9p2000.L init=/fgds/init panic=-1 fgds.mode=probe" \
+	-append "console=ttyS0 root=fgdsroot rootfstype=9p ro rootflags=trans=virtio,version=9p2000.L init=/fgds/init panic=-1 fgdsvm.mode=probe" \
 	-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
 	-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
 	-fsdev local,id=src,path="$FGDS_TOP",security_model=none,readonly=on \

@@ -36,7 +36,7 @@ rm -rf "$out"
 mkdir -p "$out/req" "$out/resp" "$out/tap"
 cp "$FGDS_VM/guest/init" "$FGDS_ROOT/fgds/init"
 chmod 755 "$FGDS_ROOT/fgds/init"
-mkdir -p "$FGDS_ROOT/fgds/src" "$FGDS_ROOT/fgds/out"
+mkdir -p "$FGDS_ROOT/fgds/src" "$FGDS_ROOT/fgds/out" "$FGDS_ROOT/lib/modules"
 
 # Fresh sparse disks and VRAM every boot.
 rm -f "$vm/nvme0.img" "$vm/nvme1.img"
@@ -69,13 +69,13 @@ fi
 append="console=ttyS0 root=fgdsroot rootfstype=9p ro"
 append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose"
 append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1"
-append+=" fgds.mode=$mode fgds.kconfig=$cfg"
+append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg"
 
 log "booting ($cfg kernel, $mode, console: $log)"
 set +e
 timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
 	-M q35 -accel "$accel" -cpu max -smp 2 -m 3G \
-	-display none -monitor none -no-reboot -serial "file:$log" \
+	-display none -vga none -nic none -monitor none -no-reboot -serial "file:$log" \
 	-kernel "$bzimage" -append "$append" \
 	-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
 	-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
