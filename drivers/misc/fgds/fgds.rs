@@ -1,0 +1,812 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! fgds: fast GPU direct storage.
+//!
+//! One misc device, `/dev/fgdsN`, per PCIe GPU. A GPU buffer exported as a dma-buf is registered
+//! on it (`FGDS_IOCTL_REG_BUFFER`); its BAR pages become PCI P2PDMA pages with the BAR's real
+//! provider, mapped into user space with `mmap()` at the returned cookie. The mapping is then a
+//! buffer for O_DIRECT and io_uring I/O: the block layer's own P2P rules decide which queues may
+//! DMA to it. See `Documentation/misc-devices/fgds.rst`.
+//!
+//! Lifetime rules (the reason most of this file exists):
+//!
+//! - A registration gives every page of its buffer one reference (the "base" reference) and
+//!   owns the page until the page's refcount drops back to zero: mappings (`vm_insert_page()`)
+//!   and O_DIRECT/io_uring pins (GUP) take their own references.
+//! - Tearing a registration down (UNREG, close, or the exporter's invalidation) marks it dead
+//!   (new faults get `SIGBUS`, new I/O `EFAULT`), zaps every user mapping of it, drops the base
+//!   references and waits until every page is free: that is, until in-flight DMA has completed.
+//!   Only then is the dma-buf attachment unmapped, so the exporter's revoke completes after the
+//!   last DMA into the memory.
+//! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
+//!   registration's pages are freed exactly when its own users are gone.
+//!
+//! Lock order: mmap lock -> [`Buffer::state`]; dma-buf reservation lock -> [`Buffer::state`];
+//! dma-buf reservation lock -> [`Gpu::state`]; [`Buffer::attach`] -> reservation lock;
+//! [`FgdsFile::buffers`] is never held across any of them.
+
+use core::sync::atomic::{
+    AtomicPtr,
+    AtomicUsize,
+    Ordering, //
+};
+use kernel::{
+    dma::DataDirection,
+    dma_buf::{
+        DmaBuf,
+        DynamicAttachment,
+        Importer,
+        Locked, //
+    },
+    fs::{
+        file::MappingRef,
+        File, //
+    },
+    ioctl::{
+        _IOR,
+        _IOW,
+        _IOWR, //
+    },
+    miscdevice::{
+        MiscDevice,
+        MiscDeviceOptions,
+        MiscDeviceRegistration, //
+    },
+    mm::virt::{
+        flags as vm_flags,
+        VmFault,
+        VmFaultResult,
+        VmOperations,
+        VmaNew, //
+    },
+    new_mutex,
+    page::{
+        PAGE_SHIFT,
+        PAGE_SIZE, //
+    },
+    pci::{
+        self,
+        p2pdma::{
+            P2pPages,
+            PageOwner, //
+        },
+    },
+    prelude::*,
+    rbtree::RBTree,
+    sync::{
+        aref::ARef,
+        Arc,
+        Completion,
+        Mutex, //
+    },
+    transmute::{
+        AsBytes,
+        FromBytes, //
+    },
+    uaccess::{
+        UserPtr,
+        UserSlice, //
+    },
+    uapi,
+};
+
+module! {
+    type: FgdsModule,
+    name: "fgds",
+    authors: ["fgds developers"],
+    description: "fast GPU direct storage: O_DIRECT and io_uring I/O into GPU memory, peer to peer",
+    license: "GPL",
+    imports_ns: ["DMA_BUF"],
+    params: {
+        ids: PciIdList {
+            default: kernel::module_param::PciIdList::EMPTY,
+            description: "More PCI devices to serve: vendor:device[,vendor:device...] (hex)",
+        },
+    },
+}
+
+/// Size of the unit in which BAR ranges get struct pages: the memory hotplug subsection.
+const CHUNK_SIZE: u64 = P2pPages::<ChunkOwner>::ALIGN;
+const PAGES_PER_CHUNK: usize = (CHUNK_SIZE as usize) / PAGE_SIZE;
+/// Largest registration (also reported by `FGDS_IOCTL_VERSION`).
+const MAX_BUFFER_SIZE: u64 = 1 << 40;
+/// Most GPUs served (one node name each).
+const NODE_NAMES: [&CStr; 16] = [
+    c"fgds0", c"fgds1", c"fgds2", c"fgds3", c"fgds4", c"fgds5", c"fgds6", c"fgds7", c"fgds8",
+    c"fgds9", c"fgds10", c"fgds11", c"fgds12", c"fgds13", c"fgds14", c"fgds15",
+];
+
+const IOCTL_VERSION: u32 = _IOR::<Version>(
+    uapi::FGDS_IOCTL_BASE,
+    uapi::fgds_ioctl_nr_FGDS_IOCTL_NR_VERSION,
+);
+const IOCTL_REG_BUFFER: u32 = _IOWR::<RegBuffer>(
+    uapi::FGDS_IOCTL_BASE,
+    uapi::fgds_ioctl_nr_FGDS_IOCTL_NR_REG_BUFFER,
+);
+const IOCTL_UNREG_BUFFER: u32 = _IOW::<UnregBuffer>(
+    uapi::FGDS_IOCTL_BASE,
+    uapi::fgds_ioctl_nr_FGDS_IOCTL_NR_UNREG_BUFFER,
+);
+const IOCTL_QUERY_BUFFER: u32 = _IOWR::<BufferInfo>(
+    uapi::FGDS_IOCTL_BASE,
+    uapi::fgds_ioctl_nr_FGDS_IOCTL_NR_QUERY_BUFFER,
+);
+
+macro_rules! uapi_struct {
+    ($name:ident, $raw:ty) => {
+        #[repr(transparent)]
+        struct $name($raw);
+
+        // SAFETY: A UAPI structure: plain integers and integer arrays, no padding.
+        unsafe impl FromBytes for $name {}
+        // SAFETY: As above.
+        unsafe impl AsBytes for $name {}
+    };
+}
+
+uapi_struct!(Version, uapi::fgds_version);
+uapi_struct!(RegBuffer, uapi::fgds_reg_buffer);
+uapi_struct!(UnregBuffer, uapi::fgds_unreg_buffer);
+uapi_struct!(BufferInfo, uapi::fgds_buffer_info);
+
+fn page_aligned(v: u64) -> bool {
+    v % PAGE_SIZE as u64 == 0
+}
+
+/// Whether `pdev` is served by default: a display, 3D or processing-accelerator function.
+fn is_gpu_class(pdev: &pci::Device) -> bool {
+    matches!(pdev.pci_class().as_raw() >> 8, 0x0300 | 0x0302 | 0x1200)
+}
+
+/// A BAR large enough to hold at least one chunk.
+fn has_usable_bar(pdev: &pci::Device) -> bool {
+    (0..6).any(|bar| {
+        pdev.bar_is_mem(bar) && pdev.resource_len(bar).is_ok_and(|len| len >= CHUNK_SIZE)
+    })
+}
+
+/// Receives the last-reference notification of a chunk's pages.
+///
+/// # Invariants
+///
+/// `owners[i]` is null or points to the [`Drain`] of the registration that owns page `i`; it is
+/// set before that registration gives the page its base reference and cleared (under
+/// [`Gpu::state`]) only after the registration's [`Drain`] saw all its pages freed. A [`Drain`]
+/// outlives every pointer to it.
+struct ChunkOwner {
+    owners: KVec<AtomicPtr<Drain>>,
+}
+
+impl PageOwner for ChunkOwner {
+    fn page_free(&self, index: usize) {
+        let Some(owner) = self.owners.get(index) else {
+            return;
+        };
+        let drain = owner.load(Ordering::Acquire);
+        if !drain.is_null() {
+            // SAFETY: A freed page was owned and its owner has not seen its last page freed yet
+            // (this is one of them), so `drain` is still set and alive (type invariant).
+            unsafe { (*drain).page_freed() };
+        }
+    }
+}
+
+/// A chunk of a BAR with struct pages.
+struct Chunk {
+    /// Key in [`GpuState::chunks`].
+    key: u64,
+    pages: P2pPages<ChunkOwner>,
+    /// Registrations owning at least one page of the chunk. Protected by [`Gpu::state`].
+    users: AtomicUsize,
+}
+
+/// Counts a registration's pages still in use; completes when none is.
+#[pin_data]
+struct Drain {
+    live: AtomicUsize,
+    #[pin]
+    done: Completion,
+}
+
+impl Drain {
+    fn page_freed(&self) {
+        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.complete_all();
+        }
+    }
+}
+
+/// State of a GPU shared by its open files.
+struct GpuState {
+    /// Chunks that have struct pages, by `(bar << 56) | chunk index in the BAR`.
+    chunks: RBTree<u64, Arc<Chunk>>,
+    /// Last cookie id given out; ids are never reused.
+    last_id: u64,
+}
+
+/// A GPU served by fgds.
+#[pin_data]
+struct Gpu {
+    pdev: ARef<pci::Device>,
+    #[pin]
+    state: Mutex<GpuState>,
+}
+
+fn chunk_key(bar: u32, bar_off: u64) -> u64 {
+    (u64::from(bar) << 56) | (bar_off / CHUNK_SIZE)
+}
+
+impl Gpu {
+    /// Finds the BAR holding bus range `[addr, addr + len)`: `(bar, offset in the BAR)`.
+    fn bar_of(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
+        (0..6).find_map(|bar| {
+            if !self.pdev.bar_is_mem(bar) {
+                return None;
+            }
+            let start = self.pdev.bus_address(bar).ok()?;
+            let size = self.pdev.resource_len(bar).ok()?;
+            let off = addr.checked_sub(start)?;
+            (off < size && len <= size - off).then_some((bar, off))
+        })
+    }
+}
+
+/// A page of a registration: the chunk (index in [`BufState::chunks`]) and the page in it.
+#[derive(Clone, Copy)]
+struct PageRef {
+    chunk: u32,
+    index: u32,
+}
+
+struct BufState {
+    /// Torn down: no new faults, pages freed or being freed.
+    dead: bool,
+    /// Torn down by the exporter's invalidation.
+    revoked: bool,
+    /// BAR and offset in it of the first page.
+    bar: u32,
+    bar_offset: u64,
+    chunks: KVec<Arc<Chunk>>,
+    pages: KVVec<PageRef>,
+}
+
+/// A registered buffer.
+#[pin_data]
+struct Buffer {
+    gpu: Arc<Gpu>,
+    cookie: u64,
+    size: u64,
+    mapping: MappingRef,
+    /// The attachment; taken (and detached) by [`Buffer::unregister`].
+    #[pin]
+    attach: Mutex<Option<DynamicAttachment<Buffer>>>,
+    #[pin]
+    state: Mutex<BufState>,
+    #[pin]
+    drain: Drain,
+}
+
+impl Buffer {
+    /// Tears the registration down: no new access, every mapping zapped, every page freed (so no
+    /// DMA in flight), the attachment unmapped. Idempotent. Called with the reservation lock.
+    fn teardown(&self, locked: &Locked<'_, Buffer>, revoked: bool) {
+        let (chunks, pages) = {
+            let mut st = self.state.lock();
+            if st.dead {
+                return;
+            }
+            st.dead = true;
+            st.revoked = revoked;
+            (
+                core::mem::take(&mut st.chunks),
+                core::mem::take(&mut st.pages),
+            )
+        };
+        // Faults now fail; remove what earlier faults mapped, in every process.
+        self.mapping.unmap_range(self.cookie, self.size);
+        for p in pages.iter() {
+            let chunk = &chunks[p.index_chunk()];
+            // SAFETY: The registration owns its pages and holds one base reference on each,
+            // given in `claim`; it is dropped here exactly once (`dead` was false).
+            if unsafe { chunk.pages.put_page(p.index as usize) }.is_err() {
+                // Cannot happen: indices were checked when the registration was made.
+                self.drain.page_freed();
+            }
+        }
+        // Wait for in-flight DMA: pins taken by O_DIRECT and io_uring are the only references
+        // left, and each is dropped when its I/O completes. With no pages there is nothing to
+        // wait for (and nothing will complete the drain).
+        if self.drain.live.load(Ordering::Acquire) != 0 {
+            self.drain.done.wait_for_completion();
+        }
+        locked.unmap();
+
+        let mut gs = self.gpu.state.lock();
+        for p in pages.iter() {
+            let chunk = &chunks[p.index_chunk()];
+            if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
+                owner.store(core::ptr::null_mut(), Ordering::Release);
+            }
+        }
+        for chunk in chunks.iter() {
+            if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
+                gs.chunks.remove(&chunk.key);
+            }
+        }
+        drop(gs);
+        // The last reference to a chunk removes its struct pages.
+        drop(chunks);
+    }
+
+    /// UNREG or close: tears down and detaches.
+    fn unregister(&self) {
+        let attach = self.attach.lock().take();
+        if let Some(attach) = attach {
+            self.teardown(&attach.lock(), false);
+            drop(attach);
+        }
+    }
+}
+
+impl PageRef {
+    fn index_chunk(&self) -> usize {
+        self.chunk as usize
+    }
+}
+
+impl Importer for Buffer {
+    fn invalidate_mappings(&self, attach: &Locked<'_, Self>) {
+        self.teardown(attach, true);
+    }
+}
+
+impl VmOperations for Buffer {
+    fn fault(buf: &Self, fault: &VmFault<'_>) -> VmFaultResult {
+        let st = buf.state.lock();
+        if st.dead {
+            return VmFaultResult::SIGBUS;
+        }
+        let Some(index) = fault
+            .pgoff()
+            .checked_sub((buf.cookie >> PAGE_SHIFT) as usize)
+        else {
+            return VmFaultResult::SIGBUS;
+        };
+        let Some(p) = st.pages.get(index) else {
+            return VmFaultResult::SIGBUS;
+        };
+        match st.chunks[p.index_chunk()].pages.page(p.index as usize) {
+            Ok(page) => fault.insert_page(&page),
+            Err(_) => VmFaultResult::SIGBUS,
+        }
+    }
+}
+
+/// The BAR extents of `[offset, offset + size)` of a mapped dma-buf: `(bar, offset, length)`.
+fn extents(
+    gpu: &Gpu,
+    sgt: &kernel::scatterlist::SGTable,
+    offset: u64,
+    size: u64,
+) -> Result<KVec<(u32, u64, u64)>> {
+    let end = offset + size;
+    let mut out = KVec::new();
+    let mut pos = 0u64;
+    for sg in sgt.iter() {
+        let (start, len) = (pos, sg.dma_len());
+        pos += len;
+        if pos <= offset {
+            continue;
+        }
+        if start >= end {
+            break;
+        }
+        let from = start.max(offset);
+        let to = pos.min(end);
+        let (bar, bar_off) = gpu
+            .bar_of(sg.dma_address() + (from - start), to - from)
+            .ok_or(EXDEV)?;
+        if !page_aligned(bar_off) || !page_aligned(to - from) {
+            return Err(EXDEV);
+        }
+        out.push((bar, bar_off, to - from), GFP_KERNEL)?;
+    }
+    if pos < end {
+        return Err(ERANGE);
+    }
+    Ok(out)
+}
+
+fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, key: u64) -> Result<Arc<Chunk>> {
+    let mut owners = KVec::with_capacity(PAGES_PER_CHUNK, GFP_KERNEL)?;
+    for _ in 0..PAGES_PER_CHUNK {
+        owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
+    }
+    let owner = Arc::new(ChunkOwner { owners }, GFP_KERNEL)?;
+    let pages = P2pPages::new(&gpu.pdev, bar, chunk_off, CHUNK_SIZE, owner).map_err(|e| {
+        // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
+        if e == ENODEV {
+            EOPNOTSUPP
+        } else {
+            e
+        }
+    })?;
+    Ok(Arc::new(
+        Chunk {
+            key,
+            pages,
+            users: AtomicUsize::new(0),
+        },
+        GFP_KERNEL,
+    )?)
+}
+
+impl Buffer {
+    /// Takes ownership of the pages of `extents`: each gets its base reference. Fails with
+    /// `EBUSY` when a page belongs to another registration, `ENODEV` when the exporter revoked
+    /// the buffer meanwhile.
+    fn claim(&self, extents: &[(u32, u64, u64)]) -> Result {
+        let npages = (self.size / PAGE_SIZE as u64) as usize;
+        let drain: *mut Drain = core::ptr::from_ref(&self.drain).cast_mut();
+        let mut st = self.state.lock();
+        if st.dead {
+            return Err(ENODEV);
+        }
+        let mut chunks: KVec<Arc<Chunk>> = KVec::new();
+        let mut pages: KVVec<PageRef> = KVVec::with_capacity(npages, GFP_KERNEL)?;
+        let mut gs = self.gpu.state.lock();
+        let res = (|| -> Result {
+            for &(bar, off, len) in extents {
+                let mut o = off;
+                while o < off + len {
+                    let key = chunk_key(bar, o);
+                    let ci = match chunks.iter().rposition(|c| c.key == key) {
+                        Some(i) => i,
+                        None => {
+                            let chunk = match gs.chunks.get(&key) {
+                                Some(c) => c.clone(),
+                                None => {
+                                    let c = new_chunk(&self.gpu, bar, o - o % CHUNK_SIZE, key)?;
+                                    gs.chunks
+                                        .try_create_and_insert(key, c.clone(), GFP_KERNEL)?;
+                                    c
+                                }
+                            };
+                            chunk.users.fetch_add(1, Ordering::Relaxed);
+                            chunks.push(chunk, GFP_KERNEL)?;
+                            chunks.len() - 1
+                        }
+                    };
+                    let index = ((o % CHUNK_SIZE) as usize) / PAGE_SIZE;
+                    let pages_of_chunk = &chunks[ci].pages;
+                    let owner = pages_of_chunk.owner().owners.get(index).ok_or(EINVAL)?;
+                    owner
+                        .compare_exchange(
+                            core::ptr::null_mut(),
+                            drain,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .map_err(|_| EBUSY)?;
+                    let pr = PageRef {
+                        chunk: ci as u32,
+                        index: index as u32,
+                    };
+                    if let Err(e) = pages.push(pr, GFP_KERNEL) {
+                        owner.store(core::ptr::null_mut(), Ordering::Release);
+                        return Err(e.into());
+                    }
+                    self.drain.live.fetch_add(1, Ordering::AcqRel);
+                    // SAFETY: The page had no owner, so its refcount is zero (an owner is
+                    // cleared only after all its pages were freed), and we now own it.
+                    unsafe { pages_of_chunk.init_page_ref(index)? };
+                    o += PAGE_SIZE as u64;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            for p in pages.iter() {
+                let chunk = &chunks[p.index_chunk()];
+                // SAFETY: We gave this page its base reference above; it is not mapped yet.
+                let _ = unsafe { chunk.pages.put_page(p.index as usize) };
+                if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
+                    owner.store(core::ptr::null_mut(), Ordering::Release);
+                }
+            }
+            for chunk in chunks.iter() {
+                if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
+                    gs.chunks.remove(&chunk.key);
+                }
+            }
+            return Err(e);
+        }
+        drop(gs);
+        if let Some(&(bar, off, _)) = extents.first() {
+            st.bar = bar;
+            st.bar_offset = off;
+        }
+        st.chunks = chunks;
+        st.pages = pages;
+        Ok(())
+    }
+}
+
+/// The state of an open `/dev/fgdsN`.
+#[pin_data(PinnedDrop)]
+struct FgdsFile {
+    gpu: Arc<Gpu>,
+    /// Registrations of this open file, by cookie.
+    #[pin]
+    buffers: Mutex<RBTree<u64, Arc<Buffer>>>,
+}
+
+#[pinned_drop]
+impl PinnedDrop for FgdsFile {
+    fn drop(self: Pin<&mut Self>) {
+        let buffers = core::mem::replace(&mut *self.buffers.lock(), RBTree::new());
+        for (_, buf) in buffers.iter() {
+            buf.unregister();
+        }
+    }
+}
+
+impl FgdsFile {
+    fn lookup(&self, cookie: u64) -> Result<Arc<Buffer>> {
+        self.buffers.lock().get(&cookie).cloned().ok_or(ENOENT)
+    }
+
+    fn version(&self, arg: usize) -> Result<isize> {
+        let v = Version(uapi::fgds_version {
+            version: uapi::FGDS_API_VERSION,
+            pad: 0,
+            features: u64::from(uapi::FGDS_FEATURE_QUERY | uapi::FGDS_FEATURE_REVOKE),
+            page_size: PAGE_SIZE as u64,
+            max_size: MAX_BUFFER_SIZE,
+        });
+        UserSlice::new(UserPtr::from_addr(arg), size_of::<Version>())
+            .writer()
+            .write(&v)?;
+        Ok(0)
+    }
+
+    fn reg_buffer(&self, file: &File, arg: usize) -> Result<isize> {
+        let (mut reader, mut writer) =
+            UserSlice::new(UserPtr::from_addr(arg), size_of::<RegBuffer>()).reader_writer();
+        let mut req: RegBuffer = reader.read()?;
+        let r = &req.0;
+        if r.flags != 0 || r.reserved != [0; 2] || r.cookie != 0 {
+            return Err(EINVAL);
+        }
+        if r.size == 0
+            || !page_aligned(r.offset)
+            || !page_aligned(r.size)
+            || r.size > MAX_BUFFER_SIZE
+        {
+            return Err(EINVAL);
+        }
+        let dmabuf = DmaBuf::get(r.dmabuf_fd)?;
+        let end = r.offset.checked_add(r.size).ok_or(ERANGE)?;
+        if end > dmabuf.size() as u64 {
+            return Err(ERANGE);
+        }
+        let cookie = {
+            let mut gs = self.gpu.state.lock();
+            gs.last_id += 1;
+            gs.last_id << PAGE_SHIFT
+        };
+        let buf = Arc::pin_init(
+            try_pin_init!(Buffer {
+                gpu: self.gpu.clone(),
+                cookie,
+                size: r.size,
+                mapping: file.mapping(),
+                attach <- new_mutex!(None),
+                state <- new_mutex!(BufState {
+                    dead: false,
+                    revoked: false,
+                    bar: 0,
+                    bar_offset: 0,
+                    chunks: KVec::new(),
+                    pages: KVVec::new(),
+                }),
+                drain <- pin_init!(Drain {
+                    live: AtomicUsize::new(0),
+                    done <- Completion::new(),
+                }),
+            }),
+            GFP_KERNEL,
+        )?;
+        let attach = DynamicAttachment::new(
+            &dmabuf,
+            self.gpu.pdev.as_ref(),
+            buf.clone(),
+            DataDirection::Bidirectional,
+        )?;
+        if !attach.peer2peer() {
+            return Err(EOPNOTSUPP);
+        }
+        dmabuf.wait_kernel_fences()?;
+        let ext = {
+            let locked = attach.lock();
+            // Our arguments are checked: an exporter that cannot map the buffer for this GPU
+            // (EINVAL, EIO) holds memory this GPU cannot reach.
+            let sgt = locked
+                .map()
+                .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
+            extents(&self.gpu, sgt, r.offset, r.size)?
+        };
+        buf.claim(&ext)?;
+        *buf.attach.lock() = Some(attach);
+
+        let inserted = self
+            .buffers
+            .lock()
+            .try_create_and_insert(cookie, buf.clone(), GFP_KERNEL);
+        if let Err(e) = inserted {
+            buf.unregister();
+            return Err(e.into());
+        }
+        req.0.cookie = cookie;
+        if let Err(e) = writer.write(&req) {
+            if let Some(buf) = self.buffers.lock().remove(&cookie) {
+                buf.unregister();
+            }
+            return Err(e);
+        }
+        Ok(0)
+    }
+
+    fn unreg_buffer(&self, arg: usize) -> Result<isize> {
+        let req: UnregBuffer = UserSlice::new(UserPtr::from_addr(arg), size_of::<UnregBuffer>())
+            .reader()
+            .read()?;
+        if req.0.reserved != 0 {
+            return Err(EINVAL);
+        }
+        let buf = self.buffers.lock().remove(&req.0.cookie).ok_or(ENOENT)?;
+        buf.unregister();
+        Ok(0)
+    }
+
+    fn query_buffer(&self, arg: usize) -> Result<isize> {
+        let (mut reader, mut writer) =
+            UserSlice::new(UserPtr::from_addr(arg), size_of::<BufferInfo>()).reader_writer();
+        let mut info: BufferInfo = reader.read()?;
+        if info.0.reserved != [0; 2] {
+            return Err(EINVAL);
+        }
+        let buf = self.lookup(info.0.cookie)?;
+        {
+            let st = buf.state.lock();
+            info.0.size = buf.size;
+            info.0.bar = st.bar;
+            info.0.bar_offset = st.bar_offset;
+            info.0.state = if st.revoked {
+                uapi::FGDS_BUFFER_REVOKED
+            } else {
+                0
+            };
+        }
+        writer.write(&info)?;
+        Ok(0)
+    }
+}
+
+#[vtable]
+impl MiscDevice for FgdsFile {
+    type Ptr = Pin<KBox<Self>>;
+
+    const OWNER: Option<&'static ThisModule> = Some(&THIS_MODULE);
+
+    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Self::Ptr> {
+        let misc: *mut MiscDeviceRegistration<Self> = core::ptr::from_ref(misc).cast_mut();
+        // SAFETY: Every registration of `FgdsFile` is the `misc` field of a `GpuNode`, which
+        // outlives the registration and so this call.
+        let node = unsafe { &*kernel::container_of!(misc, GpuNode, misc) };
+        KBox::try_pin_init(
+            try_pin_init!(FgdsFile {
+                gpu: node.gpu.clone(),
+                buffers <- new_mutex!(RBTree::new()),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn ioctl(me: Pin<&FgdsFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        match cmd {
+            IOCTL_VERSION => me.version(arg),
+            IOCTL_REG_BUFFER => me.reg_buffer(file, arg),
+            IOCTL_UNREG_BUFFER => me.unreg_buffer(arg),
+            IOCTL_QUERY_BUFFER => me.query_buffer(arg),
+            _ => Err(ENOTTY),
+        }
+    }
+
+    fn mmap(me: Pin<&FgdsFile>, _file: &File, vma: &VmaNew) -> Result {
+        let cookie = (vma.pgoff() as u64) << PAGE_SHIFT;
+        let buf = me.lookup(cookie).map_err(|_| ENXIO)?;
+        if vma.flags() & vm_flags::MAYSHARE == 0 {
+            return Err(EINVAL);
+        }
+        if (vma.end() - vma.start()) as u64 != buf.size {
+            return Err(EINVAL);
+        }
+        if vma.flags() & vm_flags::EXEC != 0 {
+            return Err(EPERM);
+        }
+        vma.try_clear_mayexec()?;
+        if buf.state.lock().dead {
+            return Err(ENODEV);
+        }
+        vma.set_dontcopy();
+        vma.set_dontexpand();
+        vma.set_dontdump();
+        vma.set_vm_ops(buf);
+        Ok(())
+    }
+}
+
+/// The misc device of a GPU.
+#[pin_data]
+struct GpuNode {
+    /// Dropped first: the node goes before the reference to the GPU it is a child of.
+    #[pin]
+    misc: MiscDeviceRegistration<FgdsFile>,
+    gpu: Arc<Gpu>,
+}
+
+struct FgdsModule {
+    _nodes: KVec<Pin<KBox<GpuNode>>>,
+}
+
+impl kernel::Module for FgdsModule {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let extra = *module_parameters::ids.value();
+        let mut found: KVec<ARef<pci::Device>> = KVec::new();
+        let mut res: Result = Ok(());
+        pci::Device::for_each(|pdev| {
+            let listed = extra.contains(pdev.vendor_id().as_raw(), pdev.device_id());
+            if (listed || is_gpu_class(pdev)) && has_usable_bar(pdev) {
+                if let Err(e) = found.push(ARef::from(pdev), GFP_KERNEL) {
+                    res = Err(e.into());
+                    return false;
+                }
+            }
+            true
+        });
+        res?;
+
+        let mut nodes = KVec::new();
+        for (pdev, name) in found.into_iter().zip(NODE_NAMES) {
+            let gpu = Arc::pin_init(
+                try_pin_init!(Gpu {
+                    pdev,
+                    state <- new_mutex!(GpuState {
+                        chunks: RBTree::new(),
+                        last_id: 0,
+                    }),
+                }),
+                GFP_KERNEL,
+            )?;
+            let parent = gpu.pdev.clone();
+            let node = KBox::try_pin_init(
+                try_pin_init!(GpuNode {
+                    // SAFETY: The node holds `gpu`, which holds a reference to `parent`'s
+                    // device, and drops the registration first.
+                    misc <- unsafe {
+                        MiscDeviceRegistration::register_with_parent(
+                            MiscDeviceOptions { name },
+                            parent.as_ref(),
+                        )
+                    },
+                    gpu,
+                }),
+                GFP_KERNEL,
+            )?;
+            nodes.push(node, GFP_KERNEL)?;
+        }
+        Ok(Self { _nodes: nodes })
+    }
+}

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The fgds UAPI: every bad argument gets its documented errno and changes
+ * nothing; mmap rules (shared only, exact size, no exec, no growth, no fork
+ * inheritance, cookies private to their open file); queries; CPU access.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/udmabuf.h>
+
+#include "kselftest_harness.h"
+#include "fgds_host.h"
+#include "fgds_pattern.h"
+#include "fgds_util.h"
+
+#define SZ_64K (64 * 1024UL)
+#define SZ_1M (1024 * 1024UL)
+#define SZ_2M (2 * SZ_1M)
+
+FIXTURE(api) {
+	struct fgds_vfio v;
+	int fd;
+	int dmabuf;		/* 4 MiB at BAR offset 16 MiB */
+};
+
+FIXTURE_SETUP(api)
+{
+	const char *why;
+	int ret;
+
+	self->fd = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+	/* In the fgds VM the node must be there; elsewhere there is nothing to test. */
+	if (self->fd < 0 && !getenv("FGDS_GPU_BDF"))
+		SKIP(return, FGDS_NODE ": %s (is fgds loaded with ids=1af4:1110?)", strerror(errno));
+	ASSERT_LE(0, self->fd) TH_LOG(FGDS_NODE ": %s", strerror(errno));
+	ret = fgds_vfio_open(&self->v, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio: %s: %s", why, strerror(-ret));
+	self->dmabuf = fgds_vfio_dmabuf(&self->v, 16 * SZ_1M, 4 * SZ_1M);
+	ASSERT_LE(0, self->dmabuf) TH_LOG("dma-buf export: %s", strerror(-self->dmabuf));
+}
+
+FIXTURE_TEARDOWN(api)
+{
+	if (self->dmabuf > 0)
+		close(self->dmabuf);
+	fgds_vfio_close(&self->v);
+	if (self->fd >= 0)
+		close(self->fd);
+}
+
+TEST_F(api, version)
+{
+	struct fgds_version ver = { 0 };
+
+	ASSERT_EQ(0, ioctl(self->fd, FGDS_IOCTL_VERSION, &ver));
+	EXPECT_EQ(FGDS_API_VERSION, ver.version);
+	EXPECT_EQ(4096, ver.page_size);
+	EXPECT_TRUE(ver.features & FGDS_FEATURE_QUERY);
+	EXPECT_TRUE(ver.features & FGDS_FEATURE_REVOKE);
+	EXPECT_GE(ver.max_size, 1ULL << 30);
+}
+
+TEST_F(api, unknown_ioctl_is_enotty)
+{
+	EXPECT_EQ(-1, ioctl(self->fd, _IO(FGDS_IOCTL_BASE, 0x1f)));
+	EXPECT_EQ(ENOTTY, errno);
+}
+
+TEST_F(api, reg_closed_fd_is_ebadf)
+{
+	uint64_t c = 0;
+	int fd = dup(self->dmabuf);
+
+	close(fd);
+	EXPECT_EQ(-EBADF, fgds_reg(self->fd, fd, 0, SZ_64K, &c));
+	EXPECT_EQ(-EBADF, fgds_reg(self->fd, -1, 0, SZ_64K, &c));
+}
+
+TEST_F(api, reg_fd_not_dmabuf_is_einval)
+{
+	uint64_t c = 0;
+	int fd = memfd_create("not-a-dmabuf", 0);
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, ftruncate(fd, SZ_1M));
+	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, fd, 0, SZ_64K, &c));
+	close(fd);
+}
+
+TEST_F(api, reg_dmabuf_of_other_device_is_exdev)
+{
+	struct udmabuf_create create = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = SZ_1M };
+	int memfd, dev, dmabuf;
+	uint64_t c = 0;
+
+	dev = open("/dev/udmabuf", O_RDWR);
+	if (dev < 0)
+		SKIP(return, "/dev/udmabuf: %s", strerror(errno));
+	memfd = memfd_create("udmabuf", MFD_ALLOW_SEALING);
+	ASSERT_LE(0, memfd);
+	ASSERT_EQ(0, ftruncate(memfd, SZ_1M));
+	ASSERT_EQ(0, fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK));
+	create.memfd = memfd;
+	dmabuf = ioctl(dev, UDMABUF_CREATE, &create);
+	ASSERT_LE(0, dmabuf) TH_LOG("UDMABUF_CREATE: %s", strerror(errno));
+	/* System memory: not in any BAR of the GPU. */
+	EXPECT_EQ(-EXDEV, fgds_reg(self->fd, dmabuf, 0, SZ_64K, &c));
+	close(dmabuf);
+	close(memfd);
+	close(dev);
+}
+
+TEST_F(api, reg_zero_size_is_einval)
+{
+	uint64_t c = 0;
+
+	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 0, 0, &c));
+}
+
+TEST_F(api, reg_past_dmabuf_is_erange)
+{
+	uint64_t c = 0;
+
+	EXPECT_EQ(-ERANGE, fgds_reg(self->fd, self->dmabuf, 0, 4 * SZ_1M + 4096, &c));
+	EXPECT_EQ(-ERANGE, fgds_reg(self->fd, self->dmabuf, 4 * SZ_1M, 4096, &c));
+	/* offset + size wraps around */
+	EXPECT_EQ(-ERANGE, fgds_reg(self->fd, self->dmabuf, -4096ULL, 8192, &c));
+}
+
+TEST_F(api, reg_unaligned_is_einval)
+{
+	uint64_t c = 0;
+
+	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 512, SZ_64K, &c));
+	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 0, SZ_64K + 1, &c));
+}
+
+TEST_F(api, reg_flags_and_reserved_are_einval)
+{
+	struct fgds_reg_buffer r = { .dmabuf_fd = self->dmabuf, .size = SZ_64K };
+
+	r.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_REG_BUFFER, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.flags = 0;
+	r.reserved[1] = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_REG_BUFFER, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.reserved[1] = 0;
+	r.cookie = 4096;
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_REG_BUFFER, &r));
+	EXPECT_EQ(EINVAL, errno);
+	/* and nothing was registered meanwhile: the whole range is free */
+	r.cookie = 0;
+	ASSERT_EQ(0, ioctl(self->fd, FGDS_IOCTL_REG_BUFFER, &r));
+	EXPECT_EQ(0, fgds_unreg(self->fd, r.cookie));
+}
+
+TEST_F(api, reg_bad_user_pointer_is_efault)
+{
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_REG_BUFFER, (void *)16));
+	EXPECT_EQ(EFAULT, errno);
+}
+
+TEST_F(api, unreg_unknown_and_double_are_enoent)
+{
+	struct fgds_unreg_buffer u = { .cookie = 0x1000 };
+	uint64_t c = 0;
+
+	EXPECT_EQ(-ENOENT, fgds_unreg(self->fd, 0x7777000));
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_64K, &c));
+	EXPECT_EQ(0, fgds_unreg(self->fd, c));
+	EXPECT_EQ(-ENOENT, fgds_unreg(self->fd, c));
+	u.cookie = c;
+	u.reserved = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_UNREG_BUFFER, &u));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST_F(api, overlapping_registration_is_ebusy)
+{
+	uint64_t a = 0, b = 0;
+
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_1M, &a));
+	EXPECT_EQ(-EBUSY, fgds_reg(self->fd, self->dmabuf, SZ_1M - 4096, SZ_64K, &b));
+	/* a neighbour in the same 2 MiB chunk is fine */
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, SZ_1M, SZ_64K, &b));
+	EXPECT_NE(a, b);
+	EXPECT_EQ(0, fgds_unreg(self->fd, b));
+	EXPECT_EQ(0, fgds_unreg(self->fd, a));
+	/* freed pages can be registered again */
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, SZ_1M - 4096, SZ_64K, &b));
+	EXPECT_EQ(0, fgds_unreg(self->fd, b));
+}
+
+TEST_F(api, query_reports_bar_range)
+{
+	struct fgds_buffer_info info;
+	uint64_t c = 0;
+
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 3 * SZ_64K, SZ_1M, &c));
+	ASSERT_EQ(0, fgds_query(self->fd, c, &info));
+	EXPECT_EQ(SZ_1M, info.size);
+	EXPECT_EQ(2, info.bar);
+	EXPECT_EQ(16 * SZ_1M + 3 * SZ_64K, info.bar_offset);
+	EXPECT_EQ(0, info.state);
+	EXPECT_EQ(0, fgds_unreg(self->fd, c));
+	EXPECT_EQ(-ENOENT, fgds_query(self->fd, c, &info));
+	info.cookie = c;
+	info.reserved[0] = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, FGDS_IOCTL_QUERY_BUFFER, &info));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST_F(api, mmap_rules)
+{
+	uint64_t c = 0;
+	void *p;
+
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_1M, &c));
+	/* wrong size */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_64K, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, c));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 2 * SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, c));
+	EXPECT_EQ(EINVAL, errno);
+	/* unknown offset */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
+				   c + SZ_1M * 1024));
+	EXPECT_EQ(ENXIO, errno);
+	/* private */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_1M, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd, c));
+	EXPECT_EQ(EINVAL, errno);
+	/* exec */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_1M, PROT_READ | PROT_EXEC, MAP_SHARED, self->fd, c));
+	EXPECT_EQ(EPERM, errno);
+
+	p = mmap(NULL, SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, c);
+	ASSERT_NE(MAP_FAILED, p) TH_LOG("mmap: %s", strerror(errno));
+	EXPECT_EQ(-1, mprotect(p, SZ_1M, PROT_READ | PROT_EXEC));
+	EXPECT_EQ(EACCES, errno);
+	/* no growth, not even by moving */
+	EXPECT_EQ(MAP_FAILED, mremap(p, SZ_1M, 2 * SZ_1M, 0));
+	EXPECT_EQ(MAP_FAILED, mremap(p, SZ_1M, 2 * SZ_1M, MREMAP_MAYMOVE));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(0, munmap(p, SZ_1M));
+	EXPECT_EQ(0, fgds_unreg(self->fd, c));
+}
+
+TEST_F(api, cookie_belongs_to_its_open_file)
+{
+	uint64_t c = 0;
+	int other = open(FGDS_NODE, O_RDWR);
+
+	ASSERT_LE(0, other);
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_64K, &c));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_64K, PROT_READ | PROT_WRITE, MAP_SHARED, other, c));
+	EXPECT_EQ(ENXIO, errno);
+	EXPECT_EQ(-ENOENT, fgds_unreg(other, c));
+	close(other);
+	EXPECT_EQ(0, fgds_unreg(self->fd, c));
+}
+
+TEST_F(api, fork_child_does_not_inherit_mapping)
+{
+	struct fgds_buf b;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 32 * SZ_1M, SZ_64K, &b));
+	b.p[0] = 0x5a;
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		volatile unsigned char x = b.p[0];	/* not mapped here */
+
+		(void)x;
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status));
+	EXPECT_EQ(SIGSEGV, WTERMSIG(status));
+	EXPECT_EQ(0x5a, b.p[0]);
+	fgds_buf_put(self->fd, &b);
+}
+
+TEST_F(api, cpu_loads_and_stores_reach_vram)
+{
+	const uint64_t off = 40 * SZ_1M, len = SZ_2M + 3 * 4096;
+	struct fgds_buf b;
+	char ans[256];
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, off, len, &b));
+	fgds_pattern_fill(b.p, len, 0x77, 0);
+	EXPECT_EQ(0, fgds_host_req("check", 0x77, off, len, 0, ans, sizeof(ans)))
+		TH_LOG("host: %s", ans);
+	ASSERT_EQ(0, fgds_host_req("fill", 0x78, off, len, 0, ans, sizeof(ans)));
+	EXPECT_EQ(-1, fgds_pattern_cmp(b.p, len, 0x78, 0));
+	fgds_buf_put(self->fd, &b);
+}
+
+static sigjmp_buf jump;
+
+static void on_sigbus(int sig)
+{
+	siglongjmp(jump, sig);
+}
+
+TEST_F(api, access_after_unreg_is_sigbus)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	struct fgds_buf b;
+	volatile int sig;
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 48 * SZ_1M, SZ_64K, &b));
+	b.p[0] = 1;
+	ASSERT_EQ(0, fgds_unreg(self->fd, b.cookie));
+	b.cookie = 0;
+	sigaction(SIGBUS, &sa, &old);
+	sig = sigsetjmp(jump, 1);
+	if (!sig)
+		b.p[4096] = 2;
+	sigaction(SIGBUS, &old, NULL);
+	EXPECT_EQ(SIGBUS, sig);
+	/* and the pages are free for a new registration */
+	{
+		uint64_t c = 0;
+		int d = fgds_vfio_dmabuf(&self->v, 48 * SZ_1M, SZ_64K);
+
+		ASSERT_LE(0, d);
+		EXPECT_EQ(0, fgds_reg(self->fd, d, 0, SZ_64K, &c));
+		EXPECT_EQ(0, fgds_unreg(self->fd, c));
+		close(d);
+	}
+	fgds_buf_put(self->fd, &b);
+}
+
+TEST_F(api, revoke_zaps_mappings_and_refuses_io)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	struct fgds_buffer_info info;
+	struct fgds_buf b;
+	volatile int sig;
+	int fd;
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 56 * SZ_1M, SZ_1M, &b));
+	b.p[0] = 1;
+	/* vfio-pci revokes its dma-bufs when memory decoding is turned off */
+	ASSERT_EQ(0, fgds_vfio_set_memory(&self->v, 0));
+	ASSERT_EQ(0, fgds_query(self->fd, b.cookie, &info));
+	EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+	sigaction(SIGBUS, &sa, &old);
+	sig = sigsetjmp(jump, 1);
+	if (!sig)
+		b.p[8192] = 2;
+	sigaction(SIGBUS, &old, NULL);
+	EXPECT_EQ(SIGBUS, sig);
+	fd = open(getenv("FGDS_RAW") ?: "/dev/null", O_RDONLY | O_DIRECT);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-1, pread(fd, b.p, SZ_64K, 0));
+	EXPECT_EQ(EFAULT, errno);
+	close(fd);
+	/* a new mmap of the revoked registration is refused */
+	EXPECT_EQ(NULL, fgds_map(self->fd, b.cookie, SZ_1M));
+	EXPECT_EQ(ENODEV, errno);
+	ASSERT_EQ(0, fgds_vfio_set_memory(&self->v, 1));
+	fgds_buf_put(self->fd, &b);
+}
+
+TEST_HARNESS_MAIN
