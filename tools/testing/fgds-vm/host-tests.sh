@@ -119,7 +119,7 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 		SKIPPED) n=$((n + 1)); echo "ok $n python: $name # SKIP" ;;
 		*) notok "python: $name" ;;
 		esac
-	done < <(sed -n 's/^\(tests\/[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
+	done < <(sed -n 's/^\([^ ]*\.py[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
 	if [ $rc -ne 0 ] && ! grep -qE ' (FAILED|ERROR)' "$tmp/pytest.log"; then
 		notok "python: build or install failed"; sed 's/^/# /' "$tmp/pytest.log" | tail -n 30
 	fi
