@@ -1,0 +1,116 @@
+//! `fgds`: list GPUs with fgds nodes, check whether P2P file I/O can work,
+//! and benchmark (gdsio-like).
+
+mod bench;
+mod check;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "fgds", version, about = "fast GPU direct storage tool")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List GPUs that have an fgds node: PCI address, BAR sizes.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Explain whether P2P I/O from FILE's block device to each GPU can work.
+    /// Exit status 0 if it can for at least one GPU, 1 if not.
+    Check {
+        /// A file on the file system to check (default: only GPU/IOMMU checks).
+        file: Option<std::path::PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmark reads or writes (gdsio-like).
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::List { json } => list(json),
+        Cmd::Check { file, json } => check::run(file.as_deref(), json),
+        Cmd::Bench(a) => bench::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fgds: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+pub(crate) fn human(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn list(json: bool) -> Result<ExitCode, fgds::Error> {
+    let devs = fgds::list_devices()?;
+    if json {
+        let v: Vec<serde_json::Value> = devs
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "name": d.name,
+                    "dev": d.dev_path,
+                    "pci_address": d.pci_address,
+                    "vendor": d.vendor.map(|v| format!("{v:04x}")),
+                    "device": d.device.map(|v| format!("{v:04x}")),
+                    "bars": d.bars.iter().map(|b| serde_json::json!({"index": b.index, "size": b.size, "start": b.start})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"module_loaded": fgds::device::module_loaded(), "devices": v})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if devs.is_empty() {
+        if fgds::device::module_loaded() {
+            println!("no fgds devices: the fgds module is loaded but no GPU is bound to it (no /sys/class/misc/fgds*)");
+        } else {
+            println!("no fgds devices: the fgds module is not loaded (try: modprobe fgds)");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for d in &devs {
+        let id = match (d.vendor, d.device) {
+            (Some(v), Some(p)) => format!(" [{v:04x}:{p:04x}]"),
+            _ => String::new(),
+        };
+        println!(
+            "{}  {}  pci {}{}",
+            d.name,
+            d.dev_path.display(),
+            d.pci_address.as_deref().unwrap_or("?"),
+            id
+        );
+        for b in &d.bars {
+            println!("    BAR{}: {} at {:#x}", b.index, human(b.size), b.start);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

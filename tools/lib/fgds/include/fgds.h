@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
+/*
+ * fgds.h - C interface of libfgds (tools/lib/fgds), the user-space library
+ * of fgds (fast GPU direct storage).
+ *
+ * Link with -lfgds (libfgds.so or libfgds.a; the static library also needs
+ * -lpthread -ldl -lm). Every function is thread-safe.
+ *
+ * Errors: functions return a negative errno-style code (-EINVAL, ...);
+ * fgds_strerror() describes a code and fgds_last_error() gives the detailed
+ * message of the calling thread's last failure.
+ *
+ * Codes: -EBADF bad handle/fd or file not open for that direction,
+ * -EINVAL invalid or (strict mode) misaligned argument, -ERANGE range out of
+ * a buffer, -EFAULT address not in a registered buffer, -EEXIST buffer
+ * already registered, -E2BIG too many segments, -EAGAIN batch full,
+ * -ENODEV no fgds device / GPU gone / buffer revoked, -EXDEV dma-buf not in
+ * this GPU's BARs, -EBUSY pages already registered, -EOPNOTSUPP exporter
+ * refuses P2P, -EREMOTEIO P2P impossible and strict mode forbids the
+ * fallback, -ENOSYS CUDA/HIP not available, -EIO I/O or CUDA/HIP error,
+ * -ECANCELED canceled, -ETIMEDOUT timed out, -EPROTO driver API mismatch.
+ */
+#ifndef FGDS_H
+#define FGDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most segments of fgds_readv/fgds_writev; of one batch element. */
+#define FGDS_IOV_MAX		1024
+#define FGDS_BATCH_IOV_MAX	128
+
+/* struct fgds_config.flags */
+#define FGDS_CONFIG_STRICT	(1U << 0) /* no bounce: misalignment / no P2P is an error */
+#define FGDS_CONFIG_NO_IO_URING	(1U << 1) /* pread/pwrite instead of io_uring */
+#define FGDS_CONFIG_NO_DIRECT	(1U << 2) /* never open O_DIRECT (always bounce) */
+
+/* Tunables of a handle; NULL or zero fields mean the defaults
+ * (1 MiB chunks, queue depth 16). */
+struct fgds_config {
+	uint64_t chunk_size;	/* bytes per request, multiple of 4096 */
+	uint32_t queue_depth;	/* requests in flight per call, 1..4096 */
+	uint32_t flags;		/* FGDS_CONFIG_* */
+};
+
+/* One segment: size bytes at base + offset; base must lie in a registered
+ * buffer. */
+struct fgds_io_segment {
+	void *base;
+	off_t offset;
+	size_t size;
+};
+
+/* Which path the bytes of a handle took. */
+struct fgds_stats {
+	uint64_t direct_bytes;	/* O_DIRECT to/from the buffer (P2P for GPU buffers) */
+	uint64_t bounce_bytes;	/* through the page cache or a host bounce buffer */
+	uint64_t fallbacks;	/* calls that fell back from direct to bounce */
+	uint64_t direct_ops;
+	uint64_t bounce_ops;
+	uint64_t read_bytes;
+	uint64_t write_bytes;
+	uint64_t errors;	/* calls that failed */
+};
+
+/* Opens path with open(2) flags (O_RDONLY/O_WRONLY/O_RDWR, O_CREAT, O_TRUNC;
+ * O_DIRECT is implied) and mode. Returns a handle > 0 or a negative code. */
+int fgds_open(const char *path, int flags, unsigned int mode,
+	      const struct fgds_config *config);
+/* Wraps an open descriptor (duplicated: the caller still owns fd). */
+int fgds_open_fd(int fd, const struct fgds_config *config);
+/* Closes a handle. I/O in flight on it completes first. */
+int fgds_close(int handle);
+
+/* Registers caller-owned host memory [ptr, ptr+len); flags must be 0. */
+int fgds_buf_register_host(void *ptr, size_t len, unsigned int flags);
+/* Registers size bytes at offset (page aligned) of a dma-buf on device
+ * ("/dev/fgdsN", NULL for the first) and maps them; *out receives the
+ * address of the mapping, which is the buffer's base. */
+int fgds_buf_register_dmabuf(const char *device, int dmabuf_fd,
+			     uint64_t offset, uint64_t size, void **out);
+/* Registers CUDA (HIP) device memory [dptr, dptr+size). If an fgds node
+ * serves the GPU the range (widened to 64 KiB) is exported as a dma-buf and
+ * registered so that I/O goes peer to peer; otherwise I/O goes through
+ * pinned host bounce buffers (an error in strict mode). flags must be 0. */
+int fgds_buf_register_cuda(uint64_t dptr, size_t size, unsigned int flags);
+int fgds_buf_register_hip(uint64_t dptr, size_t size, unsigned int flags);
+/* Deregisters the buffer whose base is base. */
+int fgds_buf_deregister(void *base);
+
+/* Reads size bytes at file_offset into base + buf_offset. Returns the bytes
+ * read (fewer at end of file) or a negative code. Offsets and sizes need no
+ * alignment: unaligned edges go through a small bounce buffer. */
+ssize_t fgds_read(int handle, void *base, size_t size, off_t file_offset,
+		  off_t buf_offset);
+/* Writes size bytes from base + buf_offset at file_offset. */
+ssize_t fgds_write(int handle, void *base, size_t size, off_t file_offset,
+		   off_t buf_offset);
+/* Reads into / writes from nsegs (<= FGDS_IOV_MAX) segments, in order, from
+ * file_offset on. Errors about one segment name it in fgds_last_error(). */
+ssize_t fgds_readv(int handle, const struct fgds_io_segment *segs, int nsegs,
+		   off_t file_offset);
+ssize_t fgds_writev(int handle, const struct fgds_io_segment *segs, int nsegs,
+		    off_t file_offset);
+
+int fgds_get_stats(int handle, struct fgds_stats *out);
+/* Static description of a code (negative or positive). */
+const char *fgds_strerror(int code);
+/* Detailed message of this thread's last failure. */
+const char *fgds_last_error(void);
+
+/* Batches (cuFile model). */
+#define FGDS_OP_READ	0
+#define FGDS_OP_WRITE	1
+
+/* A batch element: plain (segments == NULL: size bytes at base+buf_offset)
+ * or vectored (nsegments <= FGDS_BATCH_IOV_MAX segments). */
+struct fgds_io_params {
+	int handle;
+	int opcode;		/* FGDS_OP_* */
+	uint64_t cookie;	/* returned in the event */
+	off_t file_offset;
+	void *base;
+	off_t buf_offset;
+	size_t size;
+	const struct fgds_io_segment *segments;
+	int nsegments;
+};
+
+/* struct fgds_io_event.status */
+#define FGDS_STATUS_COMPLETE	0	/* result: bytes */
+#define FGDS_STATUS_FAILED	1	/* result: negative code */
+#define FGDS_STATUS_CANCELED	2	/* result: -ECANCELED */
+#define FGDS_STATUS_PENDING	3
+#define FGDS_STATUS_TIMEOUT	4	/* still in flight when the wait timed out */
+
+struct fgds_io_event {
+	uint64_t cookie;
+	int status;
+	int pad;
+	int64_t result;
+};
+
+/* Creates a batch of up to capacity (1..4096) requests in flight; returns
+ * its id > 0 or a negative code. */
+int fgds_batch_create(unsigned int capacity);
+/* Submits n requests, all or none (-EAGAIN when over capacity). */
+int fgds_batch_submit(int batch, const struct fgds_io_params *params,
+		      unsigned int n);
+/* Waits until min_nr requests finished or timeout_ms passed (< 0: forever,
+ * 0: poll); writes up to max_nr events (on timeout the unfinished requests
+ * are reported with FGDS_STATUS_TIMEOUT and stay in the batch). Returns the
+ * number of events written. */
+int fgds_batch_wait(int batch, unsigned int min_nr, unsigned int max_nr,
+		    struct fgds_io_event *events, int timeout_ms);
+/* Cancels all requests; returns how many were unfinished. */
+int fgds_batch_cancel(int batch);
+/* Cancels, waits for, and frees the batch. */
+int fgds_batch_destroy(int batch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FGDS_H */

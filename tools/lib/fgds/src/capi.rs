@@ -1,0 +1,684 @@
+//! The C ABI (`include/fgds.h`). Every function is thread-safe. Errors are
+//! negative errno-style codes; `fgds_last_error` gives the detailed message
+//! of the calling thread's last failure.
+#![allow(non_camel_case_types, missing_docs)]
+
+use crate::batch::{Batch, IoParams, IoTarget, OwnedSegment, Status};
+use crate::buffer::Buffer;
+use crate::engine::{Config, Op, Segment, DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, FGDS_IOV_MAX};
+use crate::error::{strerror, Error, Result};
+use crate::file::FileHandle;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+/// `struct fgds_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fgds_config {
+    pub chunk_size: u64,
+    pub queue_depth: u32,
+    pub flags: u32,
+}
+/// `fgds_config.flags`: strict mode.
+pub const FGDS_CONFIG_STRICT: u32 = 1 << 0;
+/// `fgds_config.flags`: do not use io_uring.
+pub const FGDS_CONFIG_NO_IO_URING: u32 = 1 << 1;
+/// `fgds_config.flags`: do not open O_DIRECT.
+pub const FGDS_CONFIG_NO_DIRECT: u32 = 1 << 2;
+
+/// `struct fgds_io_segment`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fgds_io_segment {
+    pub base: *mut c_void,
+    pub offset: libc::off_t,
+    pub size: usize,
+}
+
+/// `struct fgds_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct fgds_stats {
+    pub direct_bytes: u64,
+    pub bounce_bytes: u64,
+    pub fallbacks: u64,
+    pub direct_ops: u64,
+    pub bounce_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+}
+
+/// `struct fgds_io_params`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fgds_io_params {
+    pub handle: c_int,
+    pub opcode: c_int,
+    pub cookie: u64,
+    pub file_offset: libc::off_t,
+    pub base: *mut c_void,
+    pub buf_offset: libc::off_t,
+    pub size: usize,
+    pub segments: *const fgds_io_segment,
+    pub nsegments: c_int,
+}
+pub const FGDS_OP_READ: c_int = 0;
+pub const FGDS_OP_WRITE: c_int = 1;
+
+/// `struct fgds_io_event`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct fgds_io_event {
+    pub cookie: u64,
+    pub status: c_int,
+    pub pad: c_int,
+    pub result: i64,
+}
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(e: Error) -> c_int {
+    let msg = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = msg);
+    -e.errno()
+}
+
+fn ret(r: Result<usize>) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => fail(e) as isize,
+    }
+}
+
+struct Registry {
+    files: RwLock<HashMap<c_int, Arc<FileHandle>>>,
+    bufs: RwLock<BTreeMap<u64, Arc<Buffer>>>,
+    batches: Mutex<HashMap<c_int, Arc<Mutex<Batch>>>>,
+    next: AtomicI64,
+}
+
+fn reg() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry {
+        files: RwLock::new(HashMap::new()),
+        bufs: RwLock::new(BTreeMap::new()),
+        batches: Mutex::new(HashMap::new()),
+        next: AtomicI64::new(1),
+    })
+}
+
+fn new_id() -> Result<c_int> {
+    let id = reg().next.fetch_add(1, Ordering::Relaxed);
+    c_int::try_from(id).map_err(|_| Error::BadHandle("out of handle numbers".into()))
+}
+
+fn file(h: c_int) -> Result<Arc<FileHandle>> {
+    reg()
+        .files
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&h)
+        .cloned()
+        .ok_or_else(|| Error::BadHandle(format!("{h} is not an open fgds handle")))
+}
+
+/// The registered buffer containing `[addr, addr+size)` and the offset of `addr` in it.
+fn lookup(addr: u64, size: u64) -> Result<(Arc<Buffer>, usize)> {
+    let g = reg().bufs.read().unwrap_or_else(|p| p.into_inner());
+    if let Some((base, b)) = g.range(..=addr).next_back() {
+        let off = addr - base;
+        if off.checked_add(size).is_some_and(|e| e <= b.len() as u64) {
+            return Ok((b.clone(), off as usize));
+        }
+        if off < b.len() as u64 {
+            return Err(Error::OutOfBounds {
+                what: "registered buffer",
+                offset: off,
+                size,
+                len: b.len() as u64,
+            });
+        }
+    }
+    Err(Error::NotRegistered { addr, size })
+}
+
+fn insert(b: Buffer) -> Result<u64> {
+    let base = b.base_addr();
+    let end = base + b.len() as u64;
+    let mut g = reg().bufs.write().unwrap_or_else(|p| p.into_inner());
+    let overlaps = g
+        .range(..end)
+        .next_back()
+        .is_some_and(|(a, x)| a + x.len() as u64 > base);
+    if overlaps {
+        return Err(Error::AlreadyRegistered { addr: base });
+    }
+    g.insert(base, Arc::new(b));
+    Ok(base)
+}
+
+fn config(cfg: *const fgds_config) -> Config {
+    // SAFETY: caller passes NULL or a valid struct.
+    match unsafe { cfg.as_ref() } {
+        None => Config::default(),
+        Some(c) => Config {
+            chunk_size: if c.chunk_size == 0 {
+                DEFAULT_CHUNK_SIZE
+            } else {
+                c.chunk_size as usize
+            },
+            queue_depth: if c.queue_depth == 0 {
+                DEFAULT_QUEUE_DEPTH
+            } else {
+                c.queue_depth
+            },
+            strict: c.flags & FGDS_CONFIG_STRICT != 0,
+            use_io_uring: c.flags & FGDS_CONFIG_NO_IO_URING == 0,
+            disable_direct: c.flags & FGDS_CONFIG_NO_DIRECT != 0,
+        },
+    }
+}
+
+/// Opens `path` for fgds I/O. Returns a handle (> 0) or a negative code.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; `cfg` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_open(
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+    cfg: *const fgds_config,
+) -> c_int {
+    if path.is_null() {
+        return fail(Error::InvalidArgument("path is NULL".into()));
+    }
+    let p = CStr::from_ptr(path).to_string_lossy().into_owned();
+    let r = FileHandle::open(p, flags, mode, config(cfg)).and_then(|f| {
+        let id = new_id()?;
+        reg()
+            .files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(f));
+        Ok(id)
+    });
+    r.unwrap_or_else(fail)
+}
+
+/// Wraps an open descriptor (duplicated; the caller keeps `fd`).
+///
+/// # Safety
+/// `cfg` must be NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_open_fd(fd: c_int, cfg: *const fgds_config) -> c_int {
+    let r = FileHandle::from_fd(fd, config(cfg)).and_then(|f| {
+        let id = new_id()?;
+        reg()
+            .files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(f));
+        Ok(id)
+    });
+    r.unwrap_or_else(fail)
+}
+
+/// Closes a handle (I/O in flight on it completes first).
+#[no_mangle]
+pub extern "C" fn fgds_close(handle: c_int) -> c_int {
+    match reg()
+        .files
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&handle)
+    {
+        Some(_) => 0,
+        None => fail(Error::BadHandle(format!(
+            "{handle} is not an open fgds handle"
+        ))),
+    }
+}
+
+/// Registers caller-owned host memory.
+///
+/// # Safety
+/// `ptr..ptr+len` must stay valid until `fgds_buf_deregister`.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_buf_register_host(
+    ptr: *mut c_void,
+    len: usize,
+    flags: c_uint,
+) -> c_int {
+    if flags != 0 {
+        return fail(Error::InvalidArgument("flags must be 0".into()));
+    }
+    match Buffer::from_host_ptr(ptr as *mut u8, len).and_then(insert) {
+        Ok(_) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Registers `size` bytes at `offset` of a dma-buf on `device` (NULL: the
+/// first fgds node) and maps them; `*out` receives the mapping address.
+///
+/// # Safety
+/// `device` NULL or a C string; `out` a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_buf_register_dmabuf(
+    device: *const c_char,
+    dmabuf_fd: c_int,
+    offset: u64,
+    size: u64,
+    out: *mut *mut c_void,
+) -> c_int {
+    if out.is_null() {
+        return fail(Error::InvalidArgument("out is NULL".into()));
+    }
+    let dev = (!device.is_null())
+        .then(|| std::path::PathBuf::from(CStr::from_ptr(device).to_string_lossy().into_owned()));
+    match Buffer::register_dmabuf(dev.as_deref(), dmabuf_fd, offset, size).and_then(insert) {
+        Ok(base) => {
+            *out = base as *mut c_void;
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Registers CUDA device memory (exported to fgds when possible; the bounce
+/// path through pinned memory otherwise, or an error in strict use).
+#[no_mangle]
+pub extern "C" fn fgds_buf_register_cuda(dptr: u64, size: usize, flags: c_uint) -> c_int {
+    if flags != 0 {
+        return fail(Error::InvalidArgument("flags must be 0".into()));
+    }
+    match Buffer::from_cuda(dptr, size as u64).and_then(insert) {
+        Ok(_) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Registers HIP device memory (see `fgds_buf_register_cuda`).
+#[no_mangle]
+pub extern "C" fn fgds_buf_register_hip(dptr: u64, size: usize, flags: c_uint) -> c_int {
+    if flags != 0 {
+        return fail(Error::InvalidArgument("flags must be 0".into()));
+    }
+    match Buffer::from_hip(dptr, size as u64).and_then(insert) {
+        Ok(_) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Deregisters the buffer whose base is `base` (unmaps fgds registrations
+/// once I/O in flight on them completes).
+#[no_mangle]
+pub extern "C" fn fgds_buf_deregister(base: *mut c_void) -> c_int {
+    match reg()
+        .bufs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(base as u64))
+    {
+        Some(_) => 0,
+        None => fail(Error::NotRegistered {
+            addr: base as u64,
+            size: 0,
+        }),
+    }
+}
+
+fn off(v: libc::off_t, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::InvalidArgument(format!("negative {what}")))
+}
+
+fn rw(
+    handle: c_int,
+    op: Op,
+    base: *mut c_void,
+    size: usize,
+    file_off: libc::off_t,
+    buf_off: libc::off_t,
+) -> Result<usize> {
+    let f = file(handle)?;
+    let fo = off(file_off, "file offset")?;
+    let bo = off(buf_off, "buffer offset")?;
+    let (b, o) = lookup(base as u64, bo.saturating_add(size as u64))?;
+    crate::engine::do_io(&f, op, &b, o + bo as usize, size, fo, None)
+}
+
+/// Reads `size` bytes at `file_offset` into `base + buf_offset` (`base`
+/// inside a registered buffer). Returns bytes read (short at EOF) or a
+/// negative code.
+#[no_mangle]
+pub extern "C" fn fgds_read(
+    handle: c_int,
+    base: *mut c_void,
+    size: usize,
+    file_offset: libc::off_t,
+    buf_offset: libc::off_t,
+) -> isize {
+    ret(rw(handle, Op::Read, base, size, file_offset, buf_offset))
+}
+
+/// Writes `size` bytes from `base + buf_offset` at `file_offset`.
+#[no_mangle]
+pub extern "C" fn fgds_write(
+    handle: c_int,
+    base: *mut c_void,
+    size: usize,
+    file_offset: libc::off_t,
+    buf_offset: libc::off_t,
+) -> isize {
+    ret(rw(handle, Op::Write, base, size, file_offset, buf_offset))
+}
+
+fn resolve_segments(
+    segs: *const fgds_io_segment,
+    n: c_int,
+    max: usize,
+) -> Result<Vec<(Arc<Buffer>, usize, usize)>> {
+    if n < 0 {
+        return Err(Error::InvalidArgument("negative segment count".into()));
+    }
+    let n = n as usize;
+    if n > max {
+        return Err(Error::TooManySegments { count: n, max });
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if segs.is_null() {
+        return Err(Error::InvalidArgument("segments is NULL".into()));
+    }
+    // SAFETY: the caller passes n valid segments.
+    let s = unsafe { std::slice::from_raw_parts(segs, n) };
+    s.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let o = off(s.offset, "segment offset").map_err(|e| Error::segment(i, e))?;
+            let (b, bo) = lookup(s.base as u64, o.saturating_add(s.size as u64))
+                .map_err(|e| Error::segment(i, e))?;
+            Ok((b, bo + o as usize, s.size))
+        })
+        .collect()
+}
+
+fn rwv(
+    handle: c_int,
+    op: Op,
+    segs: *const fgds_io_segment,
+    n: c_int,
+    file_off: libc::off_t,
+) -> Result<usize> {
+    let f = file(handle)?;
+    let fo = off(file_off, "file offset")?;
+    let r = resolve_segments(segs, n, FGDS_IOV_MAX)?;
+    let s: Vec<Segment<'_>> = r
+        .iter()
+        .map(|(b, o, n)| Segment {
+            buffer: b,
+            offset: *o,
+            size: *n,
+        })
+        .collect();
+    crate::engine::do_vectored(&f, op, &s, fo, FGDS_IOV_MAX, None)
+}
+
+/// Reads into `nsegs` segments (at most FGDS_IOV_MAX) from `file_offset` on.
+///
+/// # Safety
+/// `segs` must point to `nsegs` segments.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_readv(
+    handle: c_int,
+    segs: *const fgds_io_segment,
+    nsegs: c_int,
+    file_offset: libc::off_t,
+) -> isize {
+    ret(rwv(handle, Op::Read, segs, nsegs, file_offset))
+}
+
+/// Writes `nsegs` segments from `file_offset` on.
+///
+/// # Safety
+/// `segs` must point to `nsegs` segments.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_writev(
+    handle: c_int,
+    segs: *const fgds_io_segment,
+    nsegs: c_int,
+    file_offset: libc::off_t,
+) -> isize {
+    ret(rwv(handle, Op::Write, segs, nsegs, file_offset))
+}
+
+/// Copies the handle's statistics into `*out`.
+///
+/// # Safety
+/// `out` must be valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_get_stats(handle: c_int, out: *mut fgds_stats) -> c_int {
+    if out.is_null() {
+        return fail(Error::InvalidArgument("out is NULL".into()));
+    }
+    match file(handle) {
+        Ok(f) => {
+            let s = f.stats();
+            *out = fgds_stats {
+                direct_bytes: s.direct_bytes,
+                bounce_bytes: s.bounce_bytes,
+                fallbacks: s.fallbacks,
+                direct_ops: s.direct_ops,
+                bounce_ops: s.bounce_ops,
+                read_bytes: s.read_bytes,
+                write_bytes: s.write_bytes,
+                errors: s.errors,
+            };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Static description of a code (negative or positive).
+#[no_mangle]
+pub extern "C" fn fgds_strerror(code: c_int) -> *const c_char {
+    static TABLE: OnceLock<Mutex<HashMap<i32, CString>>> = OnceLock::new();
+    let t = TABLE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
+    let key = code.unsigned_abs() as i32;
+    g.entry(key)
+        .or_insert_with(|| CString::new(strerror(key)).unwrap_or_default())
+        .as_ptr()
+}
+
+/// Detailed message of the calling thread's last failure (valid until the
+/// thread's next failing call).
+#[no_mangle]
+pub extern "C" fn fgds_last_error() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}
+
+/// Creates a batch of `capacity` requests. Returns its id (> 0) or a negative code.
+#[no_mangle]
+pub extern "C" fn fgds_batch_create(capacity: c_uint) -> c_int {
+    let r = Batch::new(capacity as usize).and_then(|b| {
+        let id = new_id()?;
+        reg()
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(Mutex::new(b)));
+        Ok(id)
+    });
+    r.unwrap_or_else(fail)
+}
+
+fn batch(id: c_int) -> Result<Arc<Mutex<Batch>>> {
+    reg()
+        .batches
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| Error::BadHandle(format!("{id} is not a batch")))
+}
+
+/// Submits `n` requests (all or none).
+///
+/// # Safety
+/// `params` must point to `n` valid requests.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_batch_submit(
+    id: c_int,
+    params: *const fgds_io_params,
+    n: c_uint,
+) -> c_int {
+    let r = (|| -> Result<()> {
+        let b = batch(id)?;
+        if n > 0 && params.is_null() {
+            return Err(Error::InvalidArgument("params is NULL".into()));
+        }
+        let ps = if n == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(params, n as usize)
+        };
+        let mut v = Vec::with_capacity(ps.len());
+        for (i, p) in ps.iter().enumerate() {
+            let f = file(p.handle).map_err(|e| Error::segment(i, e))?;
+            let op = match p.opcode {
+                FGDS_OP_READ => Op::Read,
+                FGDS_OP_WRITE => Op::Write,
+                o => {
+                    return Err(Error::segment(
+                        i,
+                        Error::InvalidArgument(format!("opcode {o}")),
+                    ))
+                }
+            };
+            let file_off = off(p.file_offset, "file offset").map_err(|e| Error::segment(i, e))?;
+            let target = if p.segments.is_null() {
+                let bo = off(p.buf_offset, "buffer offset").map_err(|e| Error::segment(i, e))?;
+                let (b, o) = lookup(p.base as u64, bo.saturating_add(p.size as u64))
+                    .map_err(|e| Error::segment(i, e))?;
+                IoTarget::Plain {
+                    buffer: b,
+                    buf_off: o + bo as usize,
+                    size: p.size,
+                }
+            } else {
+                let segs =
+                    resolve_segments(p.segments, p.nsegments, crate::engine::FGDS_BATCH_IOV_MAX)
+                        .map_err(|e| Error::segment(i, e))?;
+                IoTarget::Vectored(
+                    segs.into_iter()
+                        .map(|(buffer, offset, size)| OwnedSegment {
+                            buffer,
+                            offset,
+                            size,
+                        })
+                        .collect(),
+                )
+            };
+            v.push(IoParams {
+                cookie: p.cookie,
+                file: f,
+                op,
+                file_off,
+                target,
+            });
+        }
+        let r = b.lock().unwrap_or_else(|p| p.into_inner()).submit(&v);
+        r
+    })();
+    match r {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Waits for at least `min_nr` completions or `timeout_ms` (< 0: forever;
+/// 0: poll) and writes up to `max_nr` events. Returns the number written.
+/// Events not written because of `max_nr` stay in the batch.
+///
+/// # Safety
+/// `events` must have room for `max_nr` events.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_batch_wait(
+    id: c_int,
+    min_nr: c_uint,
+    max_nr: c_uint,
+    events: *mut fgds_io_event,
+    timeout_ms: c_int,
+) -> c_int {
+    let b = match batch(id) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    if max_nr > 0 && events.is_null() {
+        return fail(Error::InvalidArgument("events is NULL".into()));
+    }
+    let mut g = b.lock().unwrap_or_else(|p| p.into_inner());
+    let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+    let ev = g.wait((min_nr as usize).min(max_nr as usize), timeout);
+    let mut n = 0usize;
+    let mut leftover = Vec::new();
+    for e in ev {
+        if n < max_nr as usize {
+            let status = match e.status {
+                Status::Complete => 0,
+                Status::Failed => 1,
+                Status::Canceled => 2,
+                Status::Pending => 3,
+                Status::Timeout => 4,
+            };
+            *events.add(n) = fgds_io_event {
+                cookie: e.cookie,
+                status,
+                pad: 0,
+                result: e.result,
+            };
+            n += 1;
+        } else if matches!(
+            e.status,
+            Status::Complete | Status::Failed | Status::Canceled
+        ) {
+            leftover.push(e);
+        }
+    }
+    g.requeue(leftover);
+    n as c_int
+}
+
+/// Cancels every request of the batch. Returns how many were unfinished.
+#[no_mangle]
+pub extern "C" fn fgds_batch_cancel(id: c_int) -> c_int {
+    match batch(id) {
+        Ok(b) => b.lock().unwrap_or_else(|p| p.into_inner()).cancel() as c_int,
+        Err(e) => fail(e),
+    }
+}
+
+/// Cancels and waits for the batch's requests, then frees it.
+#[no_mangle]
+pub extern "C" fn fgds_batch_destroy(id: c_int) -> c_int {
+    match reg()
+        .batches
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id)
+    {
+        Some(_) => 0,
+        None => fail(Error::BadHandle(format!("{id} is not a batch"))),
+    }
+}

@@ -1,0 +1,379 @@
+//! CUDA and HIP driver entry points, loaded at run time with `libloading`.
+//!
+//! Nothing here is needed to build the library or to use it without a GPU:
+//! [`Runtime::cuda`]/[`Runtime::hip`] fail with
+//! [`Error::RuntimeUnavailable`] when the library cannot be loaded.
+
+use crate::error::{Error, Result};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::{Arc, OnceLock};
+
+/// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD` (and HIP's equivalent).
+pub const RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
+const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+/// NVIDIA exports dma-bufs of 64 KiB aligned ranges only.
+pub const CUDA_EXPORT_ALIGN: u64 = 64 * 1024;
+
+type FnInit = unsafe extern "C" fn(c_uint) -> c_int;
+type FnPtrAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;
+type FnAddrRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> c_int;
+type FnHandle = unsafe extern "C" fn(*mut c_void, u64, usize, c_int, c_ulonglong) -> c_int;
+type FnHtoD = unsafe extern "C" fn(u64, *const c_void, usize) -> c_int;
+type FnDtoH = unsafe extern "C" fn(*mut c_void, u64, usize) -> c_int;
+type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type FnHostFree = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnSetCtx = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnSetDevice = unsafe extern "C" fn(c_int) -> c_int;
+type FnMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
+type FnMemFree = unsafe extern "C" fn(u64) -> c_int;
+type FnDevGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+type FnPrimary = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+type FnBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+
+/// Which runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// NVIDIA CUDA driver API (`libcuda.so.1`).
+    Cuda,
+    /// AMD HIP (`libamdhip64.so`).
+    Hip,
+}
+
+/// Loaded driver entry points.
+pub struct Runtime {
+    kind: Kind,
+    _lib: libloading::Library,
+    ptr_attr: Option<FnPtrAttr>,
+    addr_range: FnAddrRange,
+    handle: Option<FnHandle>,
+    htod: FnHtoD,
+    dtoh: FnDtoH,
+    host_alloc: FnHostAlloc,
+    host_free: FnHostFree,
+    set_ctx: Option<FnSetCtx>,
+    set_device: Option<FnSetDevice>,
+    bus_id: FnBusId,
+    mem_alloc: Option<FnMemAlloc>,
+    mem_free: Option<FnMemFree>,
+    dev_get: Option<FnDevGet>,
+    primary: Option<FnPrimary>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("kind", &self.kind).finish()
+    }
+}
+
+fn unavailable(kind: Kind, reason: impl Into<String>) -> Error {
+    Error::RuntimeUnavailable {
+        runtime: match kind {
+            Kind::Cuda => "CUDA",
+            Kind::Hip => "HIP",
+        },
+        reason: reason.into(),
+    }
+}
+
+unsafe fn sym<T: Copy>(lib: &libloading::Library, kind: Kind, name: &str) -> Result<T> {
+    lib.get::<T>(name.as_bytes())
+        .map(|s| *s)
+        .map_err(|e| unavailable(kind, format!("{name}: {e}")))
+}
+
+impl Runtime {
+    fn load(kind: Kind) -> Result<Runtime> {
+        let names: &[&str] = match kind {
+            Kind::Cuda => &["libcuda.so.1", "libcuda.so"],
+            Kind::Hip => &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"],
+        };
+        let mut last = String::new();
+        for n in names {
+            // SAFETY: loading a vendor driver library runs its initialisers;
+            // that is the documented way to use these libraries.
+            match unsafe { libloading::Library::new(n) } {
+                Ok(lib) => return unsafe { Self::resolve(kind, lib) },
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(unavailable(kind, last))
+    }
+
+    unsafe fn resolve(kind: Kind, lib: libloading::Library) -> Result<Runtime> {
+        let rt = match kind {
+            Kind::Cuda => {
+                let init: FnInit = sym(&lib, kind, "cuInit")?;
+                let r = init(0);
+                if r != 0 {
+                    return Err(unavailable(kind, format!("cuInit returned {r}")));
+                }
+                Runtime {
+                    kind,
+                    ptr_attr: Some(sym(&lib, kind, "cuPointerGetAttribute")?),
+                    addr_range: sym(&lib, kind, "cuMemGetAddressRange_v2")?,
+                    handle: sym(&lib, kind, "cuMemGetHandleForAddressRange").ok(),
+                    htod: sym(&lib, kind, "cuMemcpyHtoD_v2")?,
+                    dtoh: sym(&lib, kind, "cuMemcpyDtoH_v2")?,
+                    host_alloc: sym(&lib, kind, "cuMemHostAlloc")?,
+                    host_free: sym(&lib, kind, "cuMemFreeHost")?,
+                    set_ctx: Some(sym(&lib, kind, "cuCtxSetCurrent")?),
+                    set_device: None,
+                    bus_id: sym(&lib, kind, "cuDeviceGetPCIBusId")?,
+                    mem_alloc: sym(&lib, kind, "cuMemAlloc_v2").ok(),
+                    dev_get: sym(&lib, kind, "cuDeviceGet").ok(),
+                    primary: sym(&lib, kind, "cuDevicePrimaryCtxRetain").ok(),
+                    mem_free: sym(&lib, kind, "cuMemFree_v2").ok(),
+                    _lib: lib,
+                }
+            }
+            Kind::Hip => {
+                let init: FnInit = sym(&lib, kind, "hipInit")?;
+                let r = init(0);
+                if r != 0 {
+                    return Err(unavailable(kind, format!("hipInit returned {r}")));
+                }
+                Runtime {
+                    kind,
+                    ptr_attr: sym(&lib, kind, "hipPointerGetAttribute").ok(),
+                    addr_range: sym(&lib, kind, "hipMemGetAddressRange")?,
+                    handle: sym(&lib, kind, "hipMemGetHandleForAddressRange").ok(),
+                    htod: sym(&lib, kind, "hipMemcpyHtoD")?,
+                    dtoh: sym(&lib, kind, "hipMemcpyDtoH")?,
+                    host_alloc: sym(&lib, kind, "hipHostMalloc")?,
+                    host_free: sym(&lib, kind, "hipHostFree")?,
+                    set_ctx: None,
+                    set_device: Some(sym(&lib, kind, "hipSetDevice")?),
+                    bus_id: sym(&lib, kind, "hipDeviceGetPCIBusId")?,
+                    mem_alloc: sym(&lib, kind, "hipMalloc").ok(),
+                    dev_get: None,
+                    primary: None,
+                    mem_free: sym(&lib, kind, "hipFree").ok(),
+                    _lib: lib,
+                }
+            }
+        };
+        Ok(rt)
+    }
+
+    /// The process-wide CUDA runtime (loaded once).
+    pub fn cuda() -> Result<Arc<Runtime>> {
+        static RT: OnceLock<std::result::Result<Arc<Runtime>, String>> = OnceLock::new();
+        RT.get_or_init(|| {
+            Runtime::load(Kind::Cuda)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|r| unavailable(Kind::Cuda, r))
+    }
+
+    /// The process-wide HIP runtime (loaded once).
+    pub fn hip() -> Result<Arc<Runtime>> {
+        static RT: OnceLock<std::result::Result<Arc<Runtime>, String>> = OnceLock::new();
+        RT.get_or_init(|| {
+            Runtime::load(Kind::Hip)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|r| unavailable(Kind::Hip, r))
+    }
+
+    /// Which runtime.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn check(&self, call: &'static str, code: c_int) -> Result<()> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(Error::Runtime { call, code })
+        }
+    }
+
+    /// Describes device memory at `dptr`: (allocation base, allocation size,
+    /// device ordinal, context).
+    pub fn describe(&self, dptr: u64) -> Result<DeviceMemory> {
+        let mut base = 0u64;
+        let mut size = 0usize;
+        // SAFETY: out pointers are valid locals.
+        self.check("MemGetAddressRange", unsafe {
+            (self.addr_range)(&mut base, &mut size, dptr)
+        })?;
+        let mut ordinal: c_int = 0;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        if let Some(attr) = self.ptr_attr {
+            // SAFETY: attribute values are written into correctly sized locals.
+            unsafe {
+                self.check(
+                    "PointerGetAttribute(DEVICE_ORDINAL)",
+                    attr(
+                        &mut ordinal as *mut c_int as *mut c_void,
+                        POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                        dptr,
+                    ),
+                )?;
+                if self.kind == Kind::Cuda {
+                    self.check(
+                        "PointerGetAttribute(CONTEXT)",
+                        attr(
+                            &mut ctx as *mut *mut c_void as *mut c_void,
+                            POINTER_ATTRIBUTE_CONTEXT,
+                            dptr,
+                        ),
+                    )?;
+                }
+            }
+        }
+        let mut bus = [0 as c_char; 32];
+        // SAFETY: bus has the length passed.
+        let pci = if unsafe { (self.bus_id)(bus.as_mut_ptr(), bus.len() as c_int, ordinal) } == 0 {
+            // SAFETY: the driver wrote a NUL-terminated string.
+            let s = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) };
+            Some(s.to_string_lossy().to_lowercase())
+        } else {
+            None
+        };
+        Ok(DeviceMemory {
+            base,
+            size: size as u64,
+            ordinal,
+            ctx: ctx as usize,
+            pci_address: pci,
+        })
+    }
+
+    /// Makes the memory's context/device current on the calling thread.
+    pub fn make_current(&self, mem: &DeviceMemory) -> Result<()> {
+        if let Some(f) = self.set_ctx {
+            if mem.ctx != 0 {
+                // SAFETY: ctx came from the driver for this allocation.
+                self.check("CtxSetCurrent", unsafe { f(mem.ctx as *mut c_void) })?;
+            }
+        }
+        if let Some(f) = self.set_device {
+            // SAFETY: plain value argument.
+            self.check("SetDevice", unsafe { f(mem.ordinal) })?;
+        }
+        Ok(())
+    }
+
+    /// Exports `[dptr, dptr+size)` as a dma-buf fd (owned by the caller).
+    pub fn export_dmabuf(&self, dptr: u64, size: u64) -> Result<std::os::fd::OwnedFd> {
+        let Some(f) = self.handle else {
+            return Err(unavailable(
+                self.kind,
+                "driver has no MemGetHandleForAddressRange (too old)",
+            ));
+        };
+        let mut fd: c_int = -1;
+        // SAFETY: fd is a valid out location for an int handle.
+        self.check("MemGetHandleForAddressRange", unsafe {
+            f(
+                &mut fd as *mut c_int as *mut c_void,
+                dptr,
+                size as usize,
+                RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        })?;
+        if fd < 0 {
+            return Err(Error::Runtime {
+                call: "MemGetHandleForAddressRange",
+                code: -1,
+            });
+        }
+        // SAFETY: the driver returned a new fd owned by us.
+        Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+    }
+
+    /// Host to device copy.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable and `dst..dst+len` device memory.
+    pub unsafe fn htod(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        self.check("MemcpyHtoD", (self.htod)(dst, src as *const c_void, len))
+    }
+
+    /// Device to host copy.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be writable and `src..src+len` device memory.
+    pub unsafe fn dtoh(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        self.check("MemcpyDtoH", (self.dtoh)(dst as *mut c_void, src, len))
+    }
+
+    /// Allocates device memory (needs a current context: for CUDA the
+    /// caller must have one; see [`Runtime::use_device`]).
+    pub fn mem_alloc(&self, len: usize) -> Result<u64> {
+        let f = self
+            .mem_alloc
+            .ok_or_else(|| unavailable(self.kind, "no MemAlloc"))?;
+        let mut p = 0u64;
+        // SAFETY: p is a valid out pointer.
+        self.check("MemAlloc", unsafe { f(&mut p, len) })?;
+        Ok(p)
+    }
+
+    /// Makes device `ordinal` current on this thread (CUDA: its primary context).
+    pub fn use_device(&self, ordinal: i32) -> Result<()> {
+        if let Some(f) = self.set_device {
+            // SAFETY: plain value argument.
+            return self.check("SetDevice", unsafe { f(ordinal) });
+        }
+        let (Some(get), Some(primary), Some(set)) = (self.dev_get, self.primary, self.set_ctx)
+        else {
+            return Err(unavailable(self.kind, "no device/context entry points"));
+        };
+        let mut dev: c_int = 0;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out pointers are valid locals.
+        unsafe {
+            self.check("DeviceGet", get(&mut dev, ordinal))?;
+            self.check("DevicePrimaryCtxRetain", primary(&mut ctx, dev))?;
+            self.check("CtxSetCurrent", set(ctx))
+        }
+    }
+
+    /// Frees device memory from [`Runtime::mem_alloc`].
+    pub fn mem_free(&self, p: u64) -> Result<()> {
+        let f = self
+            .mem_free
+            .ok_or_else(|| unavailable(self.kind, "no MemFree"))?;
+        // SAFETY: p came from mem_alloc.
+        self.check("MemFree", unsafe { f(p) })
+    }
+
+    /// Allocates pinned host memory.
+    pub fn host_alloc(&self, len: usize) -> Result<*mut u8> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: p is a valid out pointer.
+        self.check("MemHostAlloc", unsafe { (self.host_alloc)(&mut p, len, 0) })?;
+        Ok(p as *mut u8)
+    }
+
+    /// Frees pinned host memory.
+    ///
+    /// # Safety
+    /// `p` must come from [`Runtime::host_alloc`].
+    pub unsafe fn host_free(&self, p: *mut u8) {
+        (self.host_free)(p as *mut c_void);
+    }
+}
+
+/// What the runtime says about a device pointer.
+#[derive(Debug, Clone)]
+pub struct DeviceMemory {
+    /// Base of the allocation.
+    pub base: u64,
+    /// Size of the allocation.
+    pub size: u64,
+    /// Device ordinal.
+    pub ordinal: i32,
+    /// CUDA context (as an integer), 0 for HIP.
+    pub ctx: usize,
+    /// PCI address of the device, lower case.
+    pub pci_address: Option<String>,
+}

@@ -1,0 +1,22 @@
+//! fgds: O_DIRECT and io_uring I/O between files and GPU (or host) memory.
+//!
+//! See `tools/lib/fgds/README.md` for an overview.
+
+pub mod batch;
+pub mod buffer;
+pub mod capi;
+pub mod device;
+pub mod engine;
+pub mod error;
+pub mod file;
+pub mod gpu;
+pub mod sys;
+
+pub use batch::{Batch, Event, IoHandle, IoParams, IoTarget, OwnedSegment, Status};
+pub use buffer::{Buffer, BufferKind};
+pub use device::{list_devices, Device, DeviceInfo};
+pub use engine::{
+    read, readv, write, writev, Config, Op, Segment, Stats, FGDS_BATCH_IOV_MAX, FGDS_IOV_MAX,
+};
+pub use error::{Error, Result};
+pub use file::FileHandle;

@@ -1,0 +1,249 @@
+mod common;
+use common::*;
+use fgds::capi::*;
+use std::ffi::{CStr, CString};
+
+fn last() -> String {
+    unsafe { CStr::from_ptr(fgds_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn c_abi_read_write_readv_stats() {
+    let d = tmpdir();
+    let data = random_bytes(200_000, 41);
+    let p = file_with(&d, "f", &data);
+    let cp = CString::new(p.to_str().unwrap()).unwrap();
+    let cfg = fgds_config {
+        chunk_size: 65536,
+        queue_depth: 4,
+        flags: 0,
+    };
+    let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDWR, 0, &cfg) };
+    assert!(h > 0, "{h}");
+    // page-aligned memory so that the aligned middle can go O_DIRECT
+    let layout = std::alloc::Layout::from_size_align(300_000, 4096).unwrap();
+    let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!raw.is_null());
+    let mem = unsafe { std::slice::from_raw_parts_mut(raw, 300_000) };
+    let base = raw as *mut libc::c_void;
+    // unregistered memory is refused
+    assert_eq!(fgds_read(h, base, 10, 0, 0), -(libc::EFAULT as isize));
+    assert_eq!(unsafe { fgds_buf_register_host(base, mem.len(), 0) }, 0);
+    assert_eq!(
+        unsafe { fgds_buf_register_host(base, 10, 0) },
+        -libc::EEXIST
+    );
+    let n = fgds_read(h, base, 150_001, 3, 7);
+    assert_eq!(n, 150_001);
+    assert_same(&mem[7..150_008], &data[3..150_004]);
+    // out of the registered range
+    assert_eq!(fgds_read(h, base, 10, 0, 299_995), -(libc::ERANGE as isize));
+    // readv with segments inside the registration
+    let segs = [
+        fgds_io_segment {
+            base,
+            offset: 4096,
+            size: 8192,
+        },
+        fgds_io_segment {
+            base,
+            offset: 65536,
+            size: 1000,
+        },
+    ];
+    assert_eq!(unsafe { fgds_readv(h, segs.as_ptr(), 2, 8192) }, 9192);
+    assert_same(&mem[4096..12288], &data[8192..16384]);
+    assert_same(&mem[65536..66536], &data[16384..17384]);
+    let mut other = [0u8; 64];
+    let bad = [
+        fgds_io_segment {
+            base,
+            offset: 0,
+            size: 4096,
+        },
+        fgds_io_segment {
+            base: other.as_mut_ptr() as _,
+            offset: 0,
+            size: 64,
+        },
+    ];
+    assert_eq!(
+        unsafe { fgds_readv(h, bad.as_ptr(), 2, 0) },
+        -(libc::EFAULT as isize)
+    );
+    assert!(last().contains("segment 1"), "{}", last());
+    let many = vec![
+        fgds_io_segment {
+            base,
+            offset: 0,
+            size: 1
+        };
+        1025
+    ];
+    assert_eq!(
+        unsafe { fgds_readv(h, many.as_ptr(), 1025, 0) },
+        -(libc::E2BIG as isize)
+    );
+    // write + read back
+    mem[..5000].copy_from_slice(&random_bytes(5000, 42));
+    assert_eq!(fgds_write(h, base, 5000, 190_000, 0), 5000);
+    let wseg = [fgds_io_segment {
+        base,
+        offset: 0,
+        size: 5000,
+    }];
+    assert_eq!(unsafe { fgds_writev(h, wseg.as_ptr(), 1, 10) }, 5000);
+    let disk = std::fs::read(&p).unwrap();
+    assert_same(&disk[190_000..195_000], &mem[..5000]);
+    assert_same(&disk[10..5010], &mem[..5000]);
+    let mut st = fgds_stats::default();
+    assert_eq!(unsafe { fgds_get_stats(h, &mut st) }, 0);
+    assert_eq!(st.read_bytes, 150_001 + 9192);
+    assert_eq!(st.write_bytes, 10_000);
+    assert!(st.direct_bytes > 0 && st.bounce_bytes > 0);
+    assert_eq!(fgds_close(h), 0);
+    assert_eq!(fgds_close(h), -libc::EBADF);
+    assert_eq!(fgds_read(h, base, 10, 0, 0), -(libc::EBADF as isize));
+    assert_eq!(fgds_buf_deregister(base), 0);
+    assert_eq!(fgds_buf_deregister(base), -libc::EFAULT);
+    unsafe { std::alloc::dealloc(raw, layout) };
+}
+
+#[test]
+fn c_abi_batch_and_errors() {
+    let d = tmpdir();
+    let data = random_bytes(65536, 43);
+    let p = file_with(&d, "f", &data);
+    let cp = CString::new(p.to_str().unwrap()).unwrap();
+    let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDONLY, 0, std::ptr::null()) };
+    assert!(h > 0);
+    let mut mem = vec![0u8; 65536];
+    let base = mem.as_mut_ptr() as *mut libc::c_void;
+    assert_eq!(unsafe { fgds_buf_register_host(base, mem.len(), 0) }, 0);
+    let b = fgds_batch_create(2);
+    assert!(b > 0);
+    let mk = |cookie: u64, off: i64| fgds_io_params {
+        handle: h,
+        opcode: FGDS_OP_READ,
+        cookie,
+        file_offset: off,
+        base,
+        buf_offset: off,
+        size: 16384,
+        segments: std::ptr::null(),
+        nsegments: 0,
+    };
+    let three = [mk(1, 0), mk(2, 16384), mk(3, 32768)];
+    assert_eq!(
+        unsafe { fgds_batch_submit(b, three.as_ptr(), 3) },
+        -libc::EAGAIN
+    );
+    assert_eq!(unsafe { fgds_batch_submit(b, three.as_ptr(), 2) }, 0);
+    let mut ev = [fgds_io_event::default(); 4];
+    let mut got = 0;
+    while got < 2 {
+        let n = unsafe { fgds_batch_wait(b, 1, 1, ev[got..].as_mut_ptr(), 10_000) };
+        assert!(n >= 0);
+        got += n as usize;
+    }
+    let mut cookies: Vec<u64> = ev[..2].iter().map(|e| e.cookie).collect();
+    cookies.sort();
+    assert_eq!(cookies, vec![1, 2]);
+    assert!(ev[..2].iter().all(|e| e.status == 0 && e.result == 16384));
+    assert_same(&mem[..32768], &data[..32768]);
+    assert_eq!(fgds_batch_destroy(b), 0);
+    assert_eq!(fgds_batch_destroy(b), -libc::EBADF);
+    // errors
+    assert_eq!(
+        unsafe { fgds_open(std::ptr::null(), 0, 0, std::ptr::null()) },
+        -libc::EINVAL
+    );
+    let missing = CString::new(d.path().join("nope").to_str().unwrap()).unwrap();
+    assert_eq!(
+        unsafe { fgds_open(missing.as_ptr(), libc::O_RDONLY, 0, std::ptr::null()) },
+        -libc::ENOENT
+    );
+    assert_eq!(unsafe { fgds_open_fd(-1, std::ptr::null()) }, -libc::EBADF);
+    assert_eq!(
+        fgds_write(h, base, 4096, 0, 0),
+        -(libc::EBADF as isize),
+        "read-only handle"
+    );
+    let msg = unsafe { CStr::from_ptr(fgds_strerror(-libc::EREMOTEIO)) }
+        .to_str()
+        .unwrap();
+    assert!(msg.contains("peer-to-peer"));
+    // no fgds device: a clear error
+    let r = unsafe {
+        fgds_buf_register_dmabuf(std::ptr::null(), 0, 0, 4096, &mut std::ptr::null_mut())
+    };
+    if fgds::list_devices().unwrap().is_empty() {
+        assert_eq!(r, -libc::ENODEV);
+        assert!(
+            last().contains("fgds module is not loaded")
+                || last().contains("no /sys/class/misc/fgds"),
+            "{}",
+            last()
+        );
+    }
+    let r = fgds_buf_register_cuda(0x1000, 4096, 0);
+    assert!(r == -libc::ENOSYS || r < 0);
+    assert_eq!(fgds_close(h), 0);
+    assert_eq!(fgds_buf_deregister(base), 0);
+}
+
+#[test]
+fn rust_api_device_absent_errors() {
+    if !fgds::list_devices().unwrap().is_empty() {
+        return; // a machine with the driver: nothing to check here
+    }
+    match fgds::Device::open_first() {
+        Err(e @ fgds::Error::NoDevice(_)) => {
+            assert_eq!(e.errno(), libc::ENODEV);
+            assert!(e.to_string().contains("not loaded") || e.to_string().contains("no GPU"));
+        }
+        o => panic!("{o:?}"),
+    }
+    match fgds::Device::open("/dev/fgds0") {
+        Err(fgds::Error::NoDevice(m)) => assert!(m.contains("/dev/fgds0")),
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(
+        fgds::Buffer::register_dmabuf(None, 0, 0, 4096),
+        Err(fgds::Error::NoDevice(_))
+    ));
+    assert_eq!(
+        fgds::Buffer::register_dmabuf(None, -1, 0, 4096)
+            .unwrap_err()
+            .errno(),
+        libc::EBADF
+    );
+    // a fake sysfs tree is parsed the way the CLI reports it
+    let d = tmpdir();
+    let misc = d.path().join("misc");
+    let pci = d.path().join("0000:41:00.0");
+    std::fs::create_dir_all(misc.join("fgds3")).unwrap();
+    std::fs::create_dir_all(misc.join("fgds10")).unwrap();
+    std::fs::create_dir_all(misc.join("fuse")).unwrap();
+    std::fs::create_dir_all(&pci).unwrap();
+    std::fs::write(
+        pci.join("resource"),
+        "0x00000000fb000000 0x00000000fbffffff 0x0000000000040200\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x000000f800000000 0x000000fbffffffff 0x000000000014220c\n",
+    )
+    .unwrap();
+    std::fs::write(pci.join("vendor"), "0x10de\n").unwrap();
+    std::os::unix::fs::symlink(&pci, misc.join("fgds3/device")).unwrap();
+    let devs = fgds::device::list_devices_in(&misc).unwrap();
+    assert_eq!(
+        devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["fgds3", "fgds10"]
+    );
+    assert_eq!(devs[0].pci_address.as_deref(), Some("0000:41:00.0"));
+    assert_eq!(devs[0].vendor, Some(0x10de));
+    assert_eq!(devs[0].bars.len(), 2);
+    assert_eq!((devs[0].bars[0].index, devs[0].bars[0].size), (0, 16 << 20));
+    assert_eq!((devs[0].bars[1].index, devs[0].bars[1].size), (2, 16 << 30));
+    assert!(devs[1].pci_address.is_none());
+}
