@@ -1,0 +1,60 @@
+"""fgds: O_DIRECT + io_uring file I/O into GPU and host memory.
+
+Core objects come from the Rust extension ``fgds._fgds``:
+
+* :class:`Buffer` -- memory registered for I/O (buffer protocol objects,
+  ``__cuda_array_interface__``/DLPack GPU arrays, raw pointers, ``alloc``).
+* :class:`File` -- ``pread``/``pwrite``/``readv``/``writev``, ``read_async``/
+  ``write_async`` (-> :class:`Future`), ``stats()``.
+* :class:`Batch` -- cuFile-style batches.
+* :class:`FgdsError` -- subclass of ``OSError`` with ``errno``.
+
+Submodules: :mod:`fgds.torch` (``torch.cuda.gds`` compatible),
+:mod:`fgds.safetensors`, :mod:`fgds.lmcache`.
+"""
+
+from ._fgds import (  # noqa: F401
+    BATCH_IOV_MAX,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_QUEUE_DEPTH,
+    IOV_MAX,
+    Batch,
+    Buffer,
+    FgdsError,
+    File,
+    Future,
+    list_devices,
+    module_loaded,
+    strerror,
+)
+
+__all__ = [
+    "Batch",
+    "Buffer",
+    "FgdsError",
+    "File",
+    "Future",
+    "list_devices",
+    "module_loaded",
+    "strerror",
+    "aligned_bytearray",
+    "IOV_MAX",
+    "BATCH_IOV_MAX",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_QUEUE_DEPTH",
+]
+
+__version__ = "0.1.0"
+
+
+def aligned_bytearray(size, alignment=4096):
+    """A writable ``memoryview`` of ``size`` bytes whose address is a multiple
+    of ``alignment`` (so that O_DIRECT can use it without a bounce)."""
+    if size <= 0:
+        raise ValueError("size must be > 0")
+    raw = bytearray(size + alignment)
+    import ctypes
+
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    skip = (-addr) % alignment
+    return memoryview(raw)[skip : skip + size]

@@ -1,0 +1,1376 @@
+//! Python bindings of libfgds (`fgds._fgds`).
+//!
+//! Everything that moves bytes releases the GIL (`py.allow_threads`).
+//! Errors of the library are raised as `fgds.FgdsError`, a subclass of
+//! `OSError` carrying `errno` and a message that says what to do.
+
+use fgds::{Batch as RBatch, Buffer as RBuffer, Config, FileHandle, IoHandle, IoParams, IoTarget};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyBufferError, PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+create_exception!(
+    fgds,
+    FgdsError,
+    PyOSError,
+    "An fgds operation failed; `errno` says why (subclass of OSError)."
+);
+
+fn hint(errno: i32) -> &'static str {
+    match errno {
+        libc::ENOENT => "check the path (open with mode 'w' or 'w+' to create the file)",
+        libc::EACCES | libc::EPERM => "check the file's permissions",
+        libc::EBADF => {
+            "the file or handle is not open for this direction: open it with mode 'r+' or 'w+' to read and write, or it was closed"
+        }
+        libc::ENODEV => {
+            "load the fgds kernel module and bind the GPU (or use host memory); without it I/O falls back to bounce buffers unless strict=True"
+        }
+        libc::ENOSYS => "install the GPU driver (libcuda.so.1 / libamdhip64.so) or use host memory",
+        libc::EREMOTEIO => {
+            "direct peer-to-peer I/O is impossible here; open the file with strict=False to allow the bounce-buffer fallback"
+        }
+        libc::ERANGE => "the range lies outside the buffer: check size and buf_offset against len(buffer)",
+        libc::E2BIG => "split the request into at most 1024 segments (128 per batch request)",
+        libc::EAGAIN => "reap completed requests with Batch.wait()/poll() before submitting more, or create the Batch with a larger capacity",
+        libc::ETIMEDOUT => "wait again or with a longer timeout",
+        libc::ECANCELED => "the request was canceled",
+        libc::EPROTO => "the fgds driver and library versions differ: rebuild/reinstall both",
+        libc::EFAULT => "register the memory first (fgds.Buffer)",
+        libc::EEXIST => "deregister the overlapping buffer first",
+        libc::EBUSY => "wait for the I/O in flight on this object to finish first",
+        libc::EINVAL => "check the arguments (sizes > 0, offsets, chunk_size a multiple of 4096; strict mode needs aligned offsets/sizes)",
+        libc::ENOSPC => "free space on the file system",
+        _ => "see the errno",
+    }
+}
+
+fn os_err(errno: i32, msg: impl std::fmt::Display) -> PyErr {
+    FgdsError::new_err((errno, format!("{msg}; {}", hint(errno))))
+}
+
+fn to_py(e: fgds::Error) -> PyErr {
+    os_err(e.errno(), e)
+}
+
+// ------------------------------------------------------------ buffer protocol
+//
+// PyObject_GetBuffer is only in the limited API from 3.11 on, so PyO3 hides
+// it under abi3-py39. The function and the Py_buffer layout have been the
+// same since Python 3.3 and are exported by every CPython 3.x, so they are
+// declared here.
+
+#[repr(C)]
+struct RawPyBuffer {
+    buf: *mut c_void,
+    obj: *mut pyo3::ffi::PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+extern "C" {
+    fn PyObject_GetBuffer(
+        obj: *mut pyo3::ffi::PyObject,
+        view: *mut RawPyBuffer,
+        flags: c_int,
+    ) -> c_int;
+    fn PyBuffer_Release(view: *mut RawPyBuffer);
+}
+
+const PYBUF_WRITABLE: c_int = 0x0001;
+const PYBUF_ND: c_int = 0x0008;
+const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
+const PYBUF_C_CONTIGUOUS: c_int = 0x0020 | PYBUF_STRIDES;
+
+struct View(Box<RawPyBuffer>);
+
+// SAFETY: the view is only released with the GIL held (Drop below).
+unsafe impl Send for View {}
+// SAFETY: see above; the struct is never mutated after creation.
+unsafe impl Sync for View {}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        Python::with_gil(|_| {
+            // SAFETY: the view was filled by a successful PyObject_GetBuffer.
+            unsafe { PyBuffer_Release(&mut *self.0) };
+        });
+    }
+}
+
+fn get_view(obj: &Bound<'_, PyAny>) -> PyResult<View> {
+    let py = obj.py();
+    for flags in [PYBUF_C_CONTIGUOUS | PYBUF_WRITABLE, PYBUF_C_CONTIGUOUS] {
+        // SAFETY: zeroed Py_buffer is a valid out parameter.
+        let mut v: Box<RawPyBuffer> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: obj is a live object, v a valid out pointer, GIL held.
+        let r = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *v, flags) };
+        if r == 0 {
+            return Ok(View(v));
+        }
+        let err = PyErr::take(py);
+        if flags & PYBUF_WRITABLE == 0 {
+            return Err(err.unwrap_or_else(|| {
+                PyBufferError::new_err("object does not support the buffer protocol")
+            }));
+        }
+    }
+    unreachable!()
+}
+
+// ------------------------------------------------------------------- Buffer
+
+/// Memory registered for fgds I/O.
+///
+/// `Buffer(obj)` takes anything exposing C-contiguous memory: the buffer
+/// protocol (bytearray, numpy arrays, memoryview, mmap; bytes read-only),
+/// `__cuda_array_interface__` (torch CUDA tensors, CuPy, Numba) or
+/// `__dlpack__` (CPU, CUDA or ROCm). GPU memory is exported as a dma-buf and
+/// registered with fgds when a node serves that GPU (peer to peer), else it
+/// works through pinned bounce buffers (`p2p_unavailable_reason` says why).
+/// The object is kept alive as long as the Buffer.
+#[pyclass(module = "fgds._fgds", frozen)]
+struct Buffer {
+    inner: Mutex<Option<Arc<RBuffer>>>,
+    readonly: bool,
+    nbytes: usize,
+    // Keep order: the fgds buffer (above) goes before the memory it refers to.
+    view: Mutex<Option<View>>,
+    owner: Mutex<Option<PyObject>>,
+}
+
+impl Buffer {
+    fn new(b: RBuffer, readonly: bool, view: Option<View>, owner: Option<PyObject>) -> Buffer {
+        Buffer {
+            nbytes: b.len(),
+            inner: Mutex::new(Some(Arc::new(b))),
+            readonly,
+            view: Mutex::new(view),
+            owner: Mutex::new(owner),
+        }
+    }
+
+    fn get(&self) -> PyResult<Arc<RBuffer>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| os_err(libc::EBADF, "buffer is closed"))
+    }
+
+    fn from_object(obj: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        if obj.hasattr("__cuda_array_interface__")? {
+            let cai = obj.getattr("__cuda_array_interface__")?;
+            return Self::from_cai(obj, &cai);
+        }
+        if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
+            let dev: (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
+            if dev.0 != DL_CPU {
+                return Self::from_dlpack(obj);
+            }
+        }
+        let view = get_view(obj)?;
+        let (ptr, len, ro) = (
+            view.0.buf as *mut u8,
+            view.0.len as usize,
+            view.0.readonly != 0,
+        );
+        if len == 0 {
+            return Err(PyValueError::new_err(
+                "cannot register an empty buffer (0 bytes)",
+            ));
+        }
+        // SAFETY: the view keeps the memory alive and in place until it is
+        // released, which happens after the fgds buffer is dropped.
+        let b = unsafe { RBuffer::from_host_ptr(ptr, len) }.map_err(to_py)?;
+        Ok(Buffer::new(b, ro, Some(view), Some(obj.clone().unbind())))
+    }
+
+    fn from_cai(obj: &Bound<'_, PyAny>, cai: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let (ptr, ro): (u64, bool) = cai.get_item("data")?.extract()?;
+        let shape: Vec<usize> = cai.get_item("shape")?.extract()?;
+        let typestr: String = cai.get_item("typestr")?.extract()?;
+        let itemsize: usize = typestr
+            .get(2..)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| PyValueError::new_err(format!("bad typestr {typestr:?}")))?;
+        let strides: Option<Vec<isize>> = match cai.get_item("strides") {
+            Ok(s) if !s.is_none() => Some(s.extract()?),
+            _ => None,
+        };
+        check_contiguous(&shape, strides.as_deref(), itemsize as isize)?;
+        let size = shape.iter().product::<usize>() * itemsize;
+        if size == 0 || ptr == 0 {
+            return Err(PyValueError::new_err(
+                "cannot register an empty device array",
+            ));
+        }
+        let b = RBuffer::from_cuda(ptr, size as u64).map_err(to_py)?;
+        Ok(Buffer::new(b, ro, None, Some(obj.clone().unbind())))
+    }
+
+    fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let cap = obj.call_method0("__dlpack__")?;
+        // SAFETY: GIL held; the capsule name is checked by GetPointer.
+        let p = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), c"dltensor".as_ptr()) };
+        if p.is_null() {
+            return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
+                PyTypeError::new_err("__dlpack__ did not return a dltensor capsule")
+            }));
+        }
+        // SAFETY: a "dltensor" capsule points to a DLManagedTensor whose
+        // first member is the DLTensor; it stays valid while the capsule
+        // (kept in `owner`) lives.
+        let t = unsafe { &*(p as *const DLTensor) };
+        let ndim = t.ndim.max(0) as usize;
+        // SAFETY: shape/strides have ndim entries (strides may be NULL).
+        let shape: Vec<usize> = (0..ndim)
+            .map(|i| unsafe { *t.shape.add(i) } as usize)
+            .collect();
+        let strides: Option<Vec<isize>> = if t.strides.is_null() {
+            None
+        } else {
+            // SAFETY: see above.
+            Some(
+                (0..ndim)
+                    .map(|i| unsafe { *t.strides.add(i) } as isize)
+                    .collect(),
+            )
+        };
+        let bits = usize::from(t.dtype.bits) * usize::from(t.dtype.lanes.max(1));
+        if bits % 8 != 0 {
+            return Err(PyValueError::new_err(
+                "sub-byte DLPack dtypes are not supported",
+            ));
+        }
+        let itemsize = bits / 8;
+        // DLPack strides are in elements.
+        check_contiguous(
+            &shape,
+            strides
+                .as_ref()
+                .map(|s| s.iter().map(|x| x * itemsize as isize).collect::<Vec<_>>())
+                .as_deref(),
+            itemsize as isize,
+        )?;
+        let size = shape.iter().product::<usize>() * itemsize;
+        let ptr = t.data as u64 + t.byte_offset;
+        if size == 0 || ptr == 0 {
+            return Err(PyValueError::new_err(
+                "cannot register an empty DLPack tensor",
+            ));
+        }
+        let owner = PyTuple::new(obj.py(), [obj.clone(), cap.clone()])?
+            .into_any()
+            .unbind();
+        let b = match t.device.device_type {
+            DL_CUDA => RBuffer::from_cuda(ptr, size as u64),
+            DL_ROCM => RBuffer::from_hip(ptr, size as u64),
+            DL_CPU | DL_CUDA_HOST | DL_ROCM_HOST => {
+                // SAFETY: the capsule (owner) keeps the tensor alive.
+                unsafe { RBuffer::from_host_ptr(ptr as *mut u8, size) }
+            }
+            d => {
+                return Err(PyValueError::new_err(format!(
+                    "unsupported DLPack device type {d}"
+                )))
+            }
+        }
+        .map_err(to_py)?;
+        Ok(Buffer::new(b, false, None, Some(owner)))
+    }
+}
+
+const DL_CPU: i32 = 1;
+const DL_CUDA: i32 = 2;
+const DL_CUDA_HOST: i32 = 3;
+const DL_ROCM: i32 = 10;
+const DL_ROCM_HOST: i32 = 11;
+
+#[repr(C)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+#[repr(C)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+/// Checks row-major contiguity; `strides` in bytes.
+fn check_contiguous(shape: &[usize], strides: Option<&[isize]>, itemsize: isize) -> PyResult<()> {
+    let Some(st) = strides else { return Ok(()) };
+    let mut expect = itemsize;
+    for (d, s) in shape.iter().zip(st).rev() {
+        if *d != 1 && *s != expect {
+            return Err(PyValueError::new_err(
+                "array is not C-contiguous: pass a contiguous copy (e.g. .contiguous() / numpy.ascontiguousarray)",
+            ));
+        }
+        expect *= *d as isize;
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl Buffer {
+    #[new]
+    fn py_new(obj: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        Buffer::from_object(obj)
+    }
+
+    /// `Buffer.alloc(size)`: `size` bytes of zeroed, page-aligned host memory
+    /// owned by the Buffer (read with `read_bytes`, fill with `write_bytes`).
+    #[staticmethod]
+    fn alloc(size: usize) -> PyResult<Buffer> {
+        Ok(Buffer::new(
+            RBuffer::alloc_host(size).map_err(to_py)?,
+            false,
+            None,
+            None,
+        ))
+    }
+
+    /// `Buffer.from_cuda(ptr, size, owner=None)`: CUDA device memory
+    /// `[ptr, ptr+size)`; `owner` is kept alive with the Buffer.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, size, owner=None))]
+    fn from_cuda(py: Python<'_>, ptr: u64, size: u64, owner: Option<PyObject>) -> PyResult<Buffer> {
+        let b = py
+            .allow_threads(|| RBuffer::from_cuda(ptr, size))
+            .map_err(to_py)?;
+        Ok(Buffer::new(b, false, None, owner))
+    }
+
+    /// `Buffer.from_hip(ptr, size, owner=None)`: same for HIP (AMD) memory.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, size, owner=None))]
+    fn from_hip(py: Python<'_>, ptr: u64, size: u64, owner: Option<PyObject>) -> PyResult<Buffer> {
+        let b = py
+            .allow_threads(|| RBuffer::from_hip(ptr, size))
+            .map_err(to_py)?;
+        Ok(Buffer::new(b, false, None, owner))
+    }
+
+    /// `Buffer.from_host(ptr, size, owner=None)`: host memory at a raw
+    /// address (e.g. `tensor.data_ptr()` of a CPU tensor). Unsafe in the C
+    /// sense: `owner` (or the caller) must keep the memory alive.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, size, owner=None, readonly=false))]
+    fn from_host(
+        ptr: usize,
+        size: usize,
+        owner: Option<PyObject>,
+        readonly: bool,
+    ) -> PyResult<Buffer> {
+        // SAFETY: documented contract of this function.
+        let b = unsafe { RBuffer::from_host_ptr(ptr as *mut u8, size) }.map_err(to_py)?;
+        Ok(Buffer::new(b, readonly, None, owner))
+    }
+
+    /// `Buffer.from_dmabuf(fd, offset, size, device=None)`: registers a
+    /// dma-buf on `/dev/fgdsN` (`device`, default the first node) and maps it.
+    #[staticmethod]
+    #[pyo3(signature = (fd, offset, size, device=None))]
+    fn from_dmabuf(
+        py: Python<'_>,
+        fd: i32,
+        offset: u64,
+        size: u64,
+        device: Option<std::path::PathBuf>,
+    ) -> PyResult<Buffer> {
+        let b = py
+            .allow_threads(|| RBuffer::register_dmabuf(device.as_deref(), fd, offset, size))
+            .map_err(to_py)?;
+        Ok(Buffer::new(b, false, None, None))
+    }
+
+    /// Length in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    fn __len__(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Whether reads into the buffer are refused (e.g. `bytes`).
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.readonly
+    }
+
+    /// "host", "host_user", "fgds", "cuda" or "hip".
+    #[getter]
+    fn kind(&self) -> PyResult<&'static str> {
+        Ok(match self.get()?.kind() {
+            fgds::BufferKind::Host => "host",
+            fgds::BufferKind::HostUser => "host_user",
+            fgds::BufferKind::Fgds => "fgds",
+            fgds::BufferKind::Cuda => "cuda",
+            fgds::BufferKind::Hip => "hip",
+        })
+    }
+
+    /// Whether I/O can go peer to peer (an fgds mapping).
+    #[getter]
+    fn is_p2p(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_p2p())
+    }
+
+    /// For GPU memory without an fgds mapping: why (else None).
+    #[getter]
+    fn p2p_unavailable_reason(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.p2p_unavailable_reason().map(str::to_owned))
+    }
+
+    /// Host pointer, mapping address or device pointer.
+    #[getter]
+    fn address(&self) -> PyResult<u64> {
+        Ok(self.get()?.base_addr())
+    }
+
+    /// The object whose memory this is (None for `alloc`).
+    #[getter]
+    fn obj(&self, py: Python<'_>) -> Option<PyObject> {
+        self.owner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|o| o.clone_ref(py))
+    }
+
+    /// `read_bytes(offset=0, size=None) -> bytes` (copies; works for GPU memory).
+    #[pyo3(signature = (offset=0, size=None))]
+    fn read_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        offset: usize,
+        size: Option<usize>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let b = self.get()?;
+        let size = size.unwrap_or(self.nbytes.saturating_sub(offset));
+        let v = py
+            .allow_threads(|| b.read_bytes(offset, size))
+            .map_err(to_py)?;
+        Ok(pyo3::types::PyBytes::new(py, &v))
+    }
+
+    /// `write_bytes(data, offset=0)`: copies `data` (bytes-like) in.
+    #[pyo3(signature = (data, offset=0))]
+    fn write_bytes(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        if self.readonly {
+            return Err(PyValueError::new_err("buffer is read-only"));
+        }
+        let b = self.get()?;
+        let v: Vec<u8> = if let Ok(bytes) = data.downcast::<pyo3::types::PyBytes>() {
+            bytes.as_bytes().to_vec()
+        } else {
+            data.call_method0("__bytes__")
+                .or_else(|_| py.import("builtins")?.getattr("bytes")?.call1((data,)))?
+                .extract()?
+        };
+        py.allow_threads(|| b.write_bytes(offset, &v))
+            .map_err(to_py)
+    }
+
+    /// Deregisters the buffer (also done when it is garbage collected).
+    /// EBUSY while I/O on it is in flight.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = g.as_ref() {
+            // I/O threads drop their reference just after reporting
+            // completion: give them a moment before calling it busy.
+            let busy = py.allow_threads(|| {
+                let until = std::time::Instant::now() + Duration::from_millis(200);
+                while Arc::strong_count(b) > 1 {
+                    if std::time::Instant::now() > until {
+                        return true;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                false
+            });
+            if busy {
+                return Err(os_err(libc::EBUSY, "buffer has I/O in flight"));
+            }
+        }
+        g.take();
+        drop(g);
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.get() {
+            Ok(b) => format!(
+                "<fgds.Buffer kind={:?} nbytes={} p2p={} readonly={}>",
+                b.kind(),
+                self.nbytes,
+                b.is_p2p(),
+                self.readonly
+            ),
+            Err(_) => "<fgds.Buffer closed>".into(),
+        }
+    }
+}
+
+/// A Buffer (given, or wrapped around an arbitrary object) plus the fgds buffer.
+struct Held {
+    py_buf: Py<Buffer>,
+    buf: Arc<RBuffer>,
+}
+
+fn hold(obj: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Held> {
+    let py_buf: Py<Buffer> = match obj.downcast::<Buffer>() {
+        Ok(b) => b.clone().unbind(),
+        Err(_) => Py::new(obj.py(), Buffer::from_object(obj)?)?,
+    };
+    let b = py_buf.get();
+    if for_read && b.readonly {
+        return Err(PyValueError::new_err(
+            "cannot read into a read-only buffer (e.g. bytes): pass a bytearray, a writable numpy array or fgds.Buffer.alloc()",
+        ));
+    }
+    let buf = b.get()?;
+    Ok(Held { py_buf, buf })
+}
+
+fn check_range(len: usize, buf_offset: usize, size: Option<usize>) -> PyResult<usize> {
+    if buf_offset > len {
+        return Err(os_err(
+            libc::ERANGE,
+            format!("out of bounds: buf_offset {buf_offset} > buffer length {len}"),
+        ));
+    }
+    let size = size.unwrap_or(len - buf_offset);
+    if size == 0 {
+        return Err(PyValueError::new_err("size must be > 0"));
+    }
+    Ok(size)
+}
+
+// ---------------------------------------------------------------------- File
+
+fn parse_mode(mode: &str) -> PyResult<i32> {
+    let m = mode.replace('b', "");
+    Ok(match m.as_str() {
+        "r" => libc::O_RDONLY,
+        "r+" => libc::O_RDWR,
+        "w" => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        "w+" => libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+        "a" | "a+" => libc::O_RDWR | libc::O_CREAT,
+        "x" => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        "x+" => libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "invalid mode {mode:?}: use 'r', 'r+', 'w', 'w+', 'a', 'x' or 'x+'"
+            )))
+        }
+    })
+}
+
+/// `File(path, mode="r", *, flags=None, perm=0o644, strict=False,
+/// chunk_size=None, queue_depth=None, use_io_uring=True, direct=True)`.
+///
+/// A file opened for fgds I/O: an O_DIRECT descriptor (when the file system
+/// accepts it) plus a buffered one. `flags` (os.O_* bits) overrides `mode`.
+/// Methods may be called from many threads at once.
+#[pyclass(module = "fgds._fgds", frozen)]
+struct File {
+    inner: Mutex<Option<Arc<FileHandle>>>,
+    path: Option<String>,
+}
+
+impl File {
+    fn get(&self) -> PyResult<Arc<FileHandle>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| os_err(libc::EBADF, "file is closed"))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn make_config(
+    strict: bool,
+    chunk_size: Option<usize>,
+    queue_depth: Option<u32>,
+    use_io_uring: bool,
+    direct: bool,
+) -> Config {
+    let d = Config::default();
+    Config {
+        chunk_size: chunk_size.unwrap_or(d.chunk_size),
+        queue_depth: queue_depth.unwrap_or(d.queue_depth),
+        strict,
+        use_io_uring,
+        disable_direct: !direct,
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &fgds::Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("direct_bytes", s.direct_bytes)?;
+    d.set_item("bounce_bytes", s.bounce_bytes)?;
+    d.set_item("fallbacks", s.fallbacks)?;
+    d.set_item("direct_ops", s.direct_ops)?;
+    d.set_item("bounce_ops", s.bounce_ops)?;
+    d.set_item("read_bytes", s.read_bytes)?;
+    d.set_item("write_bytes", s.write_bytes)?;
+    d.set_item("errors", s.errors)?;
+    d.set_item("last_fallback_reason", s.last_fallback_reason.clone())?;
+    Ok(d)
+}
+
+/// Segments: a list of Buffers/buffer-like objects (whole) or of
+/// `(buf, offset, size)` / `(buf, offset)` tuples.
+type Segs = (Vec<Held>, Vec<(usize, usize)>);
+
+fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
+    let mut held = Vec::new();
+    let mut ranges = Vec::new();
+    for (i, item) in list.try_iter()?.enumerate() {
+        let item = item?;
+        let (obj, off, size) = if let Ok(t) = item.downcast::<PyTuple>() {
+            match t.len() {
+                2 => (t.get_item(0)?, t.get_item(1)?.extract::<usize>()?, None),
+                3 => (
+                    t.get_item(0)?,
+                    t.get_item(1)?.extract::<usize>()?,
+                    Some(t.get_item(2)?.extract::<usize>()?),
+                ),
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "segment {i}: expected (buf, offset, size), got a tuple of {}",
+                        t.len()
+                    )))
+                }
+            }
+        } else {
+            (item, 0, None)
+        };
+        let h = hold(&obj, for_read).map_err(|e| {
+            let py = obj.py();
+            let msg = format!("segment {i}: {}", e.value(py));
+            if e.is_instance_of::<FgdsError>(py) {
+                let errno = e
+                    .value(py)
+                    .getattr("errno")
+                    .and_then(|x| x.extract::<i32>())
+                    .unwrap_or(libc::EINVAL);
+                FgdsError::new_err((errno, msg))
+            } else if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyBufferError>(py) {
+                PyTypeError::new_err(msg)
+            } else {
+                PyValueError::new_err(msg)
+            }
+        })?;
+        let size = size.unwrap_or(h.buf.len().saturating_sub(off));
+        ranges.push((off, size));
+        held.push(h);
+    }
+    Ok((held, ranges))
+}
+
+#[pymethods]
+impl File {
+    #[new]
+    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=false, chunk_size=None, queue_depth=None, use_io_uring=true, direct=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        mode: &str,
+        flags: Option<i32>,
+        perm: u32,
+        strict: bool,
+        chunk_size: Option<usize>,
+        queue_depth: Option<u32>,
+        use_io_uring: bool,
+        direct: bool,
+    ) -> PyResult<File> {
+        let fl = match flags {
+            Some(f) => f,
+            None => parse_mode(mode)?,
+        };
+        let cfg = make_config(strict, chunk_size, queue_depth, use_io_uring, direct);
+        let p = path.clone();
+        let h = py
+            .allow_threads(move || FileHandle::open(&p, fl, perm, cfg))
+            .map_err(to_py)?;
+        Ok(File {
+            inner: Mutex::new(Some(Arc::new(h))),
+            path: Some(path.to_string_lossy().into_owned()),
+        })
+    }
+
+    /// `File.from_fd(fd, **config)`: wraps an open descriptor (duplicated).
+    #[staticmethod]
+    #[pyo3(signature = (fd, *, strict=false, chunk_size=None, queue_depth=None, use_io_uring=true, direct=true))]
+    fn from_fd(
+        fd: i32,
+        strict: bool,
+        chunk_size: Option<usize>,
+        queue_depth: Option<u32>,
+        use_io_uring: bool,
+        direct: bool,
+    ) -> PyResult<File> {
+        let cfg = make_config(strict, chunk_size, queue_depth, use_io_uring, direct);
+        let h = FileHandle::from_fd(fd, cfg).map_err(to_py)?;
+        Ok(File {
+            inner: Mutex::new(Some(Arc::new(h))),
+            path: None,
+        })
+    }
+
+    /// `pread(buf, size=None, file_offset=0, buf_offset=0) -> int`: reads
+    /// `size` bytes (default: the rest of the buffer) at `file_offset` into
+    /// `buf[buf_offset:]`; returns the bytes read (fewer at end of file).
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0))]
+    fn pread(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        let h = hold(buf, true)?;
+        let size = check_range(h.buf.len(), buf_offset, size)?;
+        let b = h.buf.clone();
+        py.allow_threads(|| f.read(&b, buf_offset, size, file_offset))
+            .map_err(to_py)
+    }
+
+    /// `pwrite(buf, size=None, file_offset=0, buf_offset=0) -> int`.
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0))]
+    fn pwrite(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        let h = hold(buf, false)?;
+        let size = check_range(h.buf.len(), buf_offset, size)?;
+        let b = h.buf.clone();
+        py.allow_threads(|| f.write(&b, buf_offset, size, file_offset))
+            .map_err(to_py)
+    }
+
+    /// `readv(segments, file_offset=0) -> int`: reads into the segments in
+    /// order (at most 1024), from `file_offset` on.
+    #[pyo3(signature = (segments, file_offset=0))]
+    fn readv(
+        &self,
+        py: Python<'_>,
+        segments: &Bound<'_, PyAny>,
+        file_offset: u64,
+    ) -> PyResult<usize> {
+        self.vectored(py, segments, file_offset, true)
+    }
+
+    /// `writev(segments, file_offset=0) -> int`.
+    #[pyo3(signature = (segments, file_offset=0))]
+    fn writev(
+        &self,
+        py: Python<'_>,
+        segments: &Bound<'_, PyAny>,
+        file_offset: u64,
+    ) -> PyResult<usize> {
+        self.vectored(py, segments, file_offset, false)
+    }
+
+    /// `read_async(buf, size=None, file_offset=0, buf_offset=0) -> Future`.
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0))]
+    fn read_async(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<Future> {
+        Self::submit_async(slf, buf, size, file_offset, buf_offset, true)
+    }
+
+    /// `write_async(buf, size=None, file_offset=0, buf_offset=0) -> Future`.
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0))]
+    fn write_async(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<Future> {
+        Self::submit_async(slf, buf, size, file_offset, buf_offset, false)
+    }
+
+    /// Counters of the paths the bytes took: direct_bytes, bounce_bytes,
+    /// fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors,
+    /// last_fallback_reason.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.get()?.stats())
+    }
+
+    fn reset_stats(&self) -> PyResult<()> {
+        self.get()?.reset_stats();
+        Ok(())
+    }
+
+    /// Size of the file in bytes.
+    fn size(&self) -> PyResult<u64> {
+        self.get()?.size().map_err(to_py)
+    }
+
+    /// The (buffered) descriptor.
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(self.get()?.raw_fd())
+    }
+
+    /// Whether an O_DIRECT descriptor is open.
+    #[getter]
+    fn is_direct(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_direct())
+    }
+
+    /// Why there is no O_DIRECT descriptor (else None).
+    #[getter]
+    fn no_direct_reason(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.no_direct_reason().map(str::to_owned))
+    }
+
+    /// `(memory alignment, offset alignment)` O_DIRECT needs.
+    #[getter]
+    fn dio_alignment(&self) -> PyResult<(u64, u64)> {
+        Ok(self.get()?.dio_alignment())
+    }
+
+    #[getter]
+    fn path(&self) -> Option<String> {
+        self.path.clone()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+
+    /// Closes the file (requests in flight keep it open until they end).
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<fgds.File path={:?} closed={}>", self.path, self.closed())
+    }
+}
+
+impl File {
+    fn vectored(
+        &self,
+        py: Python<'_>,
+        segments: &Bound<'_, PyAny>,
+        file_offset: u64,
+        read: bool,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        let (held, ranges) = parse_segments(segments, read)?;
+        let bufs: Vec<Arc<RBuffer>> = held.iter().map(|h| h.buf.clone()).collect();
+        py.allow_threads(|| {
+            let segs: Vec<fgds::Segment<'_>> = bufs
+                .iter()
+                .zip(&ranges)
+                .map(|(b, (o, s))| fgds::Segment {
+                    buffer: b,
+                    offset: *o,
+                    size: *s,
+                })
+                .collect();
+            if read {
+                f.readv(&segs, file_offset)
+            } else {
+                f.writev(&segs, file_offset)
+            }
+        })
+        .map_err(to_py)
+    }
+
+    fn submit_async(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+        read: bool,
+    ) -> PyResult<Future> {
+        let f = slf.get().get()?;
+        let h = hold(buf, read)?;
+        let size = check_range(h.buf.len(), buf_offset, size)?;
+        let io = if read {
+            f.read_async(h.buf.clone(), buf_offset, size, file_offset)
+        } else {
+            f.write_async(h.buf.clone(), buf_offset, size, file_offset)
+        }
+        .map_err(to_py)?;
+        Ok(Future {
+            handle: Mutex::new(Some(io)),
+            result: Mutex::new(None),
+            _refs: vec![h.py_buf.into_any(), slf.clone().into_any().unbind()],
+        })
+    }
+}
+
+// -------------------------------------------------------------------- Future
+
+/// An asynchronous read or write: `wait(timeout=None) -> int`, `done()`,
+/// `result()`, `cancel()`. The buffer and file stay alive until it ends.
+#[pyclass(module = "fgds._fgds", frozen)]
+struct Future {
+    // Dropped first: IoHandle's Drop waits for the request.
+    handle: Mutex<Option<IoHandle>>,
+    result: Mutex<Option<Result<usize, (i32, String)>>>,
+    _refs: Vec<PyObject>,
+}
+
+impl Future {
+    fn finish(&self, r: fgds::Result<usize>) {
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(r.map_err(|e| (e.errno(), e.to_string())));
+    }
+
+    fn take_result(&self) -> Option<PyResult<usize>> {
+        self.result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .map(|r| r.map_err(|(e, m)| os_err(e, m)))
+    }
+}
+
+#[pymethods]
+impl Future {
+    /// Waits (GIL released) and returns the byte count; raises FgdsError on
+    /// failure, with ETIMEDOUT if `timeout` (seconds) passes first.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        if let Some(r) = self.take_result() {
+            return r;
+        }
+        let mut g = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = self.take_result() {
+            return r;
+        }
+        let Some(h) = g.as_mut() else {
+            return Err(os_err(libc::EBADF, "future has no request"));
+        };
+        let r = match timeout {
+            None => py.allow_threads(|| loop {
+                match h.wait_timeout(Duration::from_secs(3600)) {
+                    Err(fgds::Error::Timeout) => continue,
+                    r => break r,
+                }
+            }),
+            Some(t) => {
+                if !(t >= 0.0 && t.is_finite()) {
+                    return Err(PyValueError::new_err("timeout must be >= 0 seconds"));
+                }
+                let r = py.allow_threads(|| h.wait_timeout(Duration::from_secs_f64(t)));
+                if matches!(r, Err(fgds::Error::Timeout)) {
+                    return Err(os_err(libc::ETIMEDOUT, "request still in flight"));
+                }
+                r
+            }
+        };
+        self.finish(r);
+        g.take();
+        self.take_result().expect("result set")
+    }
+
+    /// `result(timeout=None)`: same as `wait`.
+    #[pyo3(signature = (timeout=None))]
+    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        self.wait(py, timeout)
+    }
+
+    /// Whether the request has finished (does not block).
+    fn done(&self) -> bool {
+        if self
+            .result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return true;
+        }
+        let Ok(mut g) = self.handle.try_lock() else {
+            return false;
+        };
+        match g.as_mut().and_then(|h| h.poll()) {
+            Some(r) => {
+                self.finish(r);
+                true
+            }
+            None => g.is_none(),
+        }
+    }
+
+    /// Asks the request to stop (it ends with ECANCELED if it had not finished).
+    fn cancel(&self) {
+        if let Ok(g) = self.handle.try_lock() {
+            if let Some(h) = g.as_ref() {
+                h.cancel();
+            }
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<fgds.Future done={}>", self.done())
+    }
+}
+
+// --------------------------------------------------------------------- Batch
+
+/// `Batch(capacity=128)`: a cuFile-style batch. `submit(requests)` takes a
+/// list of `(op, file, buf, size, file_offset, buf_offset, cookie)` tuples
+/// (op "read"/"write"; trailing items optional: size defaults to the rest of
+/// the buffer, offsets to 0, cookie to the request's index in the list) or
+/// of dicts with those keys; `buf` may be a list of segments for a vectored
+/// request (then `size`/`buf_offset` are ignored). `wait(min_nr=1,
+/// timeout=None)` and `poll()` return `(cookie, status, result)` tuples,
+/// status "complete", "failed", "canceled", "pending" or "timeout" and
+/// result the byte count or a negative errno.
+#[pyclass(module = "fgds._fgds")]
+struct Batch {
+    inner: Option<RBatch>,
+    next: u64,
+    pending: HashMap<u64, (PyObject, Vec<Held>, Py<File>)>,
+}
+
+#[pymethods]
+impl Batch {
+    #[new]
+    #[pyo3(signature = (capacity=128))]
+    fn py_new(capacity: usize) -> PyResult<Batch> {
+        Ok(Batch {
+            inner: Some(RBatch::new(capacity).map_err(to_py)?),
+            next: 0,
+            pending: HashMap::new(),
+        })
+    }
+
+    #[getter]
+    fn capacity(&self) -> PyResult<usize> {
+        Ok(self.get()?.capacity())
+    }
+
+    #[getter]
+    fn in_flight(&self) -> PyResult<usize> {
+        Ok(self.get()?.in_flight())
+    }
+
+    fn submit(&mut self, py: Python<'_>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut params = Vec::new();
+        let mut entries = Vec::new();
+        for (i, r) in requests.try_iter()?.enumerate() {
+            let r = r?;
+            let get = |name: &str, idx: usize| -> PyResult<Option<Bound<'_, PyAny>>> {
+                if let Ok(d) = r.downcast::<PyDict>() {
+                    return Ok(d.get_item(name)?.filter(|v| !v.is_none()));
+                }
+                let t = r.downcast::<PyTuple>().map_err(|_| {
+                    PyTypeError::new_err(format!("request {i}: expected a tuple or a dict"))
+                })?;
+                Ok(if idx < t.len() {
+                    Some(t.get_item(idx)?).filter(|v| !v.is_none())
+                } else {
+                    None
+                })
+            };
+            let req = |name: &str, idx: usize| -> PyResult<Bound<'_, PyAny>> {
+                get(name, idx)?
+                    .ok_or_else(|| PyValueError::new_err(format!("request {i}: missing {name}")))
+            };
+            let op: String = req("op", 0)?.extract()?;
+            let read = match op.as_str() {
+                "read" | "r" => true,
+                "write" | "w" => false,
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "request {i}: op must be 'read' or 'write', not {op:?}"
+                    )))
+                }
+            };
+            let file: Py<File> = req("file", 1)?
+                .downcast::<File>()
+                .map_err(|_| {
+                    PyTypeError::new_err(format!("request {i}: file must be an fgds.File"))
+                })?
+                .clone()
+                .unbind();
+            let fh = file.get().get()?;
+            let bufobj = req("buf", 2)?;
+            let size: Option<usize> = get("size", 3)?.map(|v| v.extract()).transpose()?;
+            let file_off: u64 = get("file_offset", 4)?
+                .map(|v| v.extract())
+                .transpose()?
+                .unwrap_or(0);
+            let buf_off: usize = get("buf_offset", 5)?
+                .map(|v| v.extract())
+                .transpose()?
+                .unwrap_or(0);
+            let cookie: PyObject = match get("cookie", 6)? {
+                Some(c) => c.unbind(),
+                None => i.into_pyobject(py)?.into_any().unbind(),
+            };
+            let (held, target) = if bufobj.downcast::<PyList>().is_ok() {
+                let (held, ranges) = parse_segments(&bufobj, read)?;
+                let segs = held
+                    .iter()
+                    .zip(&ranges)
+                    .map(|(h, (o, s))| fgds::OwnedSegment {
+                        buffer: h.buf.clone(),
+                        offset: *o,
+                        size: *s,
+                    })
+                    .collect();
+                (held, IoTarget::Vectored(segs))
+            } else {
+                let h = hold(&bufobj, read)?;
+                let size = check_range(h.buf.len(), buf_off, size)?;
+                let t = IoTarget::Plain {
+                    buffer: h.buf.clone(),
+                    buf_off,
+                    size,
+                };
+                (vec![h], t)
+            };
+            let id = self.next + i as u64;
+            params.push(IoParams {
+                cookie: id,
+                file: fh,
+                op: if read {
+                    fgds::Op::Read
+                } else {
+                    fgds::Op::Write
+                },
+                file_off,
+                target,
+            });
+            entries.push((id, (cookie, held, file)));
+        }
+        let b = self.get_mut()?;
+        b.submit(&params).map_err(to_py)?;
+        self.next += params.len() as u64;
+        self.pending.extend(entries);
+        Ok(())
+    }
+
+    /// Reaps finished requests without blocking.
+    fn poll(&mut self, py: Python<'_>) -> PyResult<Vec<(PyObject, &'static str, i64)>> {
+        let b = self.get_mut()?;
+        let ev = b.poll();
+        Ok(self.events(py, ev))
+    }
+
+    /// Waits (GIL released) until `min_nr` requests have finished or
+    /// `timeout` seconds pass, and reaps the finished ones.
+    #[pyo3(signature = (min_nr=1, timeout=None))]
+    fn wait(
+        &mut self,
+        py: Python<'_>,
+        min_nr: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<(PyObject, &'static str, i64)>> {
+        let to = match timeout {
+            None => None,
+            Some(t) if t >= 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
+            Some(_) => return Err(PyValueError::new_err("timeout must be >= 0 seconds")),
+        };
+        let b = self
+            .inner
+            .as_mut()
+            .ok_or_else(|| os_err(libc::EBADF, "batch is closed"))?;
+        let ev = py.allow_threads(|| b.wait(min_nr, to));
+        Ok(self.events(py, ev))
+    }
+
+    /// Cancels what has not started; returns how many were canceled.
+    fn cancel(&mut self) -> PyResult<usize> {
+        Ok(self.get_mut()?.cancel())
+    }
+
+    /// Cancels what has not started and waits for the rest.
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(b) = self.inner.take() {
+            py.allow_threads(|| drop(b));
+        }
+        self.pending.clear();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+impl Batch {
+    fn get(&self) -> PyResult<&RBatch> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| os_err(libc::EBADF, "batch is closed"))
+    }
+
+    fn get_mut(&mut self) -> PyResult<&mut RBatch> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| os_err(libc::EBADF, "batch is closed"))
+    }
+
+    fn events(
+        &mut self,
+        py: Python<'_>,
+        ev: Vec<fgds::Event>,
+    ) -> Vec<(PyObject, &'static str, i64)> {
+        ev.into_iter()
+            .map(|e| {
+                let status = match e.status {
+                    fgds::Status::Complete => "complete",
+                    fgds::Status::Failed => "failed",
+                    fgds::Status::Canceled => "canceled",
+                    fgds::Status::Pending => "pending",
+                    fgds::Status::Timeout => "timeout",
+                };
+                let fin = matches!(
+                    e.status,
+                    fgds::Status::Complete | fgds::Status::Failed | fgds::Status::Canceled
+                );
+                let cookie = if fin {
+                    self.pending.remove(&e.cookie).map(|p| p.0)
+                } else {
+                    self.pending.get(&e.cookie).map(|p| p.0.clone_ref(py))
+                };
+                let cookie = cookie.unwrap_or_else(|| py.None());
+                (cookie, status, e.result)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // Wait for requests before their buffers are released.
+        if let Some(b) = self.inner.take() {
+            Python::with_gil(|py| py.allow_threads(|| drop(b)));
+        }
+    }
+}
+
+// ------------------------------------------------------------------ module
+
+/// `list_devices() -> list[dict]`: the fgds nodes (empty without the module).
+#[pyfunction]
+fn list_devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    let devs = fgds::list_devices().map_err(to_py)?;
+    devs.iter()
+        .map(|d| {
+            let x = PyDict::new(py);
+            x.set_item("name", &d.name)?;
+            x.set_item("dev_path", d.dev_path.to_string_lossy())?;
+            x.set_item("pci_address", &d.pci_address)?;
+            x.set_item("vendor", d.vendor)?;
+            x.set_item("device", d.device)?;
+            let bars: Vec<(u32, u64, u64)> =
+                d.bars.iter().map(|b| (b.index, b.start, b.size)).collect();
+            x.set_item("bars", bars)?;
+            Ok(x)
+        })
+        .collect()
+}
+
+/// Whether the fgds kernel module is loaded.
+#[pyfunction]
+fn module_loaded() -> bool {
+    fgds::device::module_loaded()
+}
+
+/// `strerror(errno) -> str`.
+#[pyfunction]
+fn strerror(code: i32) -> &'static str {
+    fgds::error::strerror(code)
+}
+
+#[pymodule]
+fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FgdsError", m.py().get_type::<FgdsError>())?;
+    m.add_class::<Buffer>()?;
+    m.add_class::<File>()?;
+    m.add_class::<Future>()?;
+    m.add_class::<Batch>()?;
+    m.add_function(wrap_pyfunction!(list_devices, m)?)?;
+    m.add_function(wrap_pyfunction!(module_loaded, m)?)?;
+    m.add_function(wrap_pyfunction!(strerror, m)?)?;
+    m.add("IOV_MAX", fgds::FGDS_IOV_MAX)?;
+    m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;
+    m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;
+    m.add("DEFAULT_QUEUE_DEPTH", fgds::engine::DEFAULT_QUEUE_DEPTH)?;
+    Ok(())
+}
