@@ -87,13 +87,33 @@ impl FileHandle {
         if fl < 0 {
             return Err(Error::last_os(format!("file descriptor {fd}")));
         }
-        // SAFETY: as above.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(Error::last_os("dup"));
-        }
-        // SAFETY: dup is a new fd we own.
-        let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+        let owned = if fl & libc::O_DIRECT != 0 {
+            // The caller's descriptor is O_DIRECT (torch.cuda.gds-style callers open files
+            // that way): the bounce path needs one through the page cache.
+            let c = cpath(Path::new(&format!("/proc/self/fd/{fd}")))?;
+            // SAFETY: valid C string.
+            let b = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    (fl & (libc::O_ACCMODE | libc::O_APPEND)) | libc::O_CLOEXEC,
+                )
+            };
+            if b < 0 {
+                return Err(Error::last_os(format!(
+                    "reopening file descriptor {fd} without O_DIRECT"
+                )));
+            }
+            // SAFETY: freshly opened fd we own.
+            unsafe { OwnedFd::from_raw_fd(b) }
+        } else {
+            // SAFETY: as above.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return Err(Error::last_os("dup"));
+            }
+            // SAFETY: dup is a new fd we own.
+            unsafe { OwnedFd::from_raw_fd(dup) }
+        };
         Self::from_owned(owned, fl & (libc::O_ACCMODE | libc::O_APPEND), config)
     }
 

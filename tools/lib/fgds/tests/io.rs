@@ -401,3 +401,31 @@ fn concurrent_reads_from_threads() {
         size: 1,
     };
 }
+
+/// A descriptor the caller opened with O_DIRECT (as torch.cuda.gds's GdsFile does): unaligned
+/// edges still go through the page cache, not through the O_DIRECT descriptor.
+#[test]
+fn from_o_direct_fd_handles_unaligned_io() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = tmpdir();
+    let orig = random_bytes(64 * 1024, 7);
+    let p = file_with(&d, "f", &orig);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    let f = FileHandle::from_fd(file.as_raw_fd(), small_cfg()).unwrap();
+    let src = random_bytes(4000, 8);
+    let b = host(8192);
+    b.write_bytes(3, &src).unwrap();
+    assert_eq!(f.write(&b, 3, 4000, 4096).unwrap(), 4000);
+    let mut expect = orig.clone();
+    expect[4096..8096].copy_from_slice(&src);
+    assert_same(&std::fs::read(&p).unwrap(), &expect);
+    let rb = host(8192);
+    assert_eq!(f.read(&rb, 5, 4000, 4096).unwrap(), 4000);
+    assert_same(&rb.read_bytes(5, 4000).unwrap(), &src);
+}

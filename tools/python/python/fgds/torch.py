@@ -277,7 +277,13 @@ def save_state_dict(state_dict, path, **file_kwargs):
     fgds at its ``_checkpoint_offset``. The file loads with plain
     ``torch.load`` too. Returns the fgds statistics."""
     torch = _torch()
-    cfg = torch.serialization.config.save
+    # torch.utils.serialization.config (torch >= 2.7), torch.serialization.config before.
+    try:
+        import importlib
+
+        cfg = importlib.import_module("torch.utils.serialization").config.save
+    except (ImportError, AttributeError):
+        cfg = torch.serialization.config.save
     old = cfg.storage_alignment
     cfg.storage_alignment = STORAGE_ALIGNMENT
     try:
