@@ -12,13 +12,17 @@
 
 VM := tools/testing/fgds-vm
 
-.PHONY: demo check toolchain kernel tests host-check clean distclean
+.PHONY: demo check bench toolchain kernel tests host-check clean distclean
 
 demo:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh demo
 
 check:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) $(VM)/check.sh
+
+# The driver's figures, with their baselines, on the release kernel.
+bench:
+	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh bench
 
 toolchain:
 	$(VM)/toolchain.sh

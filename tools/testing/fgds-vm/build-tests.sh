@@ -10,9 +10,19 @@ set -euo pipefail
 need_root
 cfg=$(fgds_kconfig "${1:-}")
 out=/fgds/tests-bin-$cfg
+
+# The user-space library, for its in-guest test (built on the host: the
+# guest root's glibc is newer, so the static library links there).
+libfgds=
+if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
+	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds --lib) ||
+		die "building tools/lib/fgds failed"
+	cp "$FGDS_TOP/tools/target/release/libfgds.a" "$FGDS_ROOT/fgds/libfgds.a"
+	libfgds=/fgds/libfgds.a
+fi
 inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/null &&
 	mkdir -p $out &&
 	make -s -C /fgds/src/tools/testing/selftests/fgds \
 		KSFT=/fgds/linux/tools/testing/selftests \
-		KHDR=/fgds/kbuild-$cfg/usr/include O=$out" ||
+		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds O=$out" ||
 	die "building the selftests failed"

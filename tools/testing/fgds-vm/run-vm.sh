@@ -7,7 +7,7 @@
 #
 # Environment:
 #   FGDS_KCONFIG     release (default) or debug
-#   FGDS_VM_TIMEOUT  watchdog in seconds (default 1500): the VM is killed then
+#   FGDS_VM_TIMEOUT  watchdog in seconds (default 2700): the VM is killed then
 #   FGDS_ACCEL       tcg (default) or kvm; kvm is used only if asked for and
 #                    a probe boot with it succeeds (nested KVM hangs on some hosts)
 #
@@ -25,7 +25,7 @@ need_root
 mode=${1:?usage: run-vm.sh MODE}
 [ -f "$FGDS_VM/guest/$mode.sh" ] || die "no guest mode '$mode' (see $FGDS_VM/guest/)"
 cfg=$(fgds_kconfig)
-timeout_s=${FGDS_VM_TIMEOUT:-1500}
+timeout_s=${FGDS_VM_TIMEOUT:-2700}
 
 bzimage=$("$FGDS_VM/build-kernel.sh" "$cfg" | tail -n1)
 "$FGDS_VM/build-tests.sh" "$cfg"

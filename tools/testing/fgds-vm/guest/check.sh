@@ -8,7 +8,7 @@ bin=/fgds/tests-bin-$FGDS_KCONFIG
 mkdir -p /fgds/out/tap
 for t in $(cat $bin/TESTS); do
 	echo "fgds-guest: running $t"
-	(cd $bin && timeout 600 ./$t) 2>&1 | tee /fgds/out/tap/$t.tap
+	(cd $bin && timeout 1800 ./$t) 2>&1 | tee /fgds/out/tap/$t.tap
 done
 
 if [ -e /sys/kernel/debug/kmemleak ]; then

@@ -130,7 +130,7 @@ static void host_fill(struct __test_metadata *_metadata, uint64_t seed, uint64_t
 }
 
 /* NVMe -> GPU: pread into the mapping, for sizes from 4 KiB to 64 MiB (256 MiB raw). */
-TEST_F(io, pread_into_vram_sizes)
+TEST_F_TIMEOUT(io, pread_into_vram_sizes, 900)
 {
 	static const size_t sizes[] = { SZ_4K, SZ_64K + SZ_4K, SZ_1M, 3 * SZ_1M + 5 * SZ_4K,
 					16 * SZ_1M, 64 * SZ_1M, 256 * SZ_1M };
@@ -153,7 +153,7 @@ TEST_F(io, pread_into_vram_sizes)
 }
 
 /* GPU -> NVMe: the host writes the BAR, pwrite from the mapping, read back via host memory. */
-TEST_F(io, pwrite_from_vram_sizes)
+TEST_F_TIMEOUT(io, pwrite_from_vram_sizes, 900)
 {
 	static const size_t sizes[] = { SZ_4K, 5 * SZ_64K, 8 * SZ_1M + SZ_4K, 64 * SZ_1M };
 	const uint64_t bar_off = 200 * SZ_1M;
@@ -177,7 +177,7 @@ TEST_F(io, pwrite_from_vram_sizes)
  * its end into a guard page: EFAULT or a short read of the part inside, never
  * a byte outside.
  */
-TEST_F(io, buffer_edges)
+TEST_F_TIMEOUT(io, buffer_edges, 900)
 {
 	const uint64_t bar_off = 300 * SZ_1M, len = SZ_1M;
 	unsigned char *area, *p;
@@ -214,7 +214,7 @@ TEST_F(io, buffer_edges)
 }
 
 /* preadv/pwritev over three registrations at odd offsets, plus host memory. */
-TEST_F(io, vectored_across_buffers)
+TEST_F_TIMEOUT(io, vectored_across_buffers, 900)
 {
 	const uint64_t offs[3] = { 400 * SZ_1M, 410 * SZ_1M, 420 * SZ_1M };
 	const size_t lens[3] = { 3 * SZ_4K, SZ_1M + SZ_4K, 5 * SZ_4K };
@@ -256,7 +256,7 @@ TEST_F(io, vectored_across_buffers)
 }
 
 /* io_uring READ/WRITE/READV/WRITEV, 32 requests in flight. */
-TEST_F(io, io_uring_qd32)
+TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 {
 	const unsigned int qd = 32;
 	const size_t chunk = 256 * 1024;
@@ -354,6 +354,48 @@ TEST(no_p2p_device_is_refused)
 	host_check(_metadata, 0x700, bar_off, SZ_1M, 0);
 	EXPECT_EQ(-1, get_pattern_cmp(dev, 0, SZ_1M, 0x701));
 	close(dev);
+	fgds_buf_put(fd, &b);
+	fgds_vfio_close(&v);
+	close(fd);
+}
+
+/*
+ * Buffered I/O (no O_DIRECT) and tmpfs, which implements O_DIRECT by copying,
+ * are not peer to peer: the kernel copies with the CPU through the mapping,
+ * which works (uncached BAR access) and is documented so. Checked here so the
+ * documentation stays true.
+ */
+TEST(buffered_and_tmpfs_io_copy_through_the_mapping)
+{
+	const char *dir = getenv("FGDS_EXT4");
+	const uint64_t bar_off = 490 * SZ_1M, len = SZ_1M;
+	const char *paths[2] = { NULL, "/tmp/fgds-tmpfs-io" };
+	const int flags[2] = { 0, O_DIRECT };
+	char buffered[256];
+	struct fgds_vfio v;
+	struct fgds_buf b;
+	const char *why;
+	int fd;
+
+	if (!dir)
+		SKIP(return, "FGDS_EXT4 not set: run in the fgds VM");
+	snprintf(buffered, sizeof(buffered), "%s/fgds-buffered", dir);
+	paths[0] = buffered;
+	fd = open(FGDS_NODE, O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fgds_vfio_open(&v, &why));
+	ASSERT_EQ(0, fgds_buf_get(fd, &v, bar_off, len, &b));
+	for (int i = 0; i < 2; i++) {
+		int f = open(paths[i], O_RDWR | O_CREAT | flags[i], 0600);
+
+		ASSERT_LE(0, f) TH_LOG("%s: %s", paths[i], strerror(errno));
+		ASSERT_EQ(0, put_pattern(f, 0, len, 0x800 + i));
+		EXPECT_EQ((ssize_t)len, pread(f, b.p, len, 0)) TH_LOG("%s: %s", paths[i],
+								      strerror(errno));
+		host_check(_metadata, 0x800 + i, bar_off, len, 0);
+		close(f);
+		unlink(paths[i]);
+	}
 	fgds_buf_put(fd, &b);
 	fgds_vfio_close(&v);
 	close(fd);
