@@ -105,9 +105,9 @@ int main(int argc, char **argv)
 		printf("  %-10lu %12.0f %12.0f %14ld\n", (unsigned long)sizes[i], (t1 - t0) * 1e6,
 		       (t2 - t1) * 1e6, (m1 - m0) * 4);
 		if (sizes[i] == 256 * MiB)
-			printf("struct-page memory: %ld KiB per GiB registered "
-			       "(a whole-BAR remap would cost %lu KiB per GiB of BAR, registered or not)\n",
-			       (m1 - m0) * 4 * 4, 1024UL * 1024 / 4096 * 64 / 1024);
+			printf("struct-page memory: %ld KiB per GiB registered; remapping a whole "
+			       "BAR would cost the same per GiB of BAR, registered or not "
+			       "(2 GiB for a 128 GiB BAR1)\n", (m1 - m0) * 4 * 4);
 		fgds_buf_put(fd, &b);
 	}
 
