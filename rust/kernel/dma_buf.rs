@@ -170,8 +170,9 @@ impl<T: Importer> DynamicAttachment<T> {
             GFP_KERNEL,
         )?;
         let priv_: *const Inner<T> = &*inner;
-        // SAFETY: `buf` and `dev` are valid; `Self::OPS` is static; `priv_` stays valid until the
+        // `buf` and `dev` are valid; `Self::OPS` is static; `priv_` stays valid until the
         // attachment is detached in `drop` because `inner` is pinned and owned by `Self`.
+        // SAFETY: See the comment above.
         let attach = from_err_ptr(unsafe {
             bindings::dma_buf_dynamic_attach(
                 buf.as_raw(),
@@ -202,8 +203,9 @@ impl<T: Importer> DynamicAttachment<T> {
 
     /// Takes the buffer's reservation lock.
     pub fn lock(&self) -> Guard<'_, T> {
-        // SAFETY: `resv` is valid for the lifetime of the buffer; a NULL context asks for a plain
+        // `resv` is valid for the lifetime of the buffer; a NULL context asks for a plain
         // (non-ww) lock, which cannot fail with `EDEADLK`.
+        // SAFETY: See the comment above.
         unsafe { bindings::dma_resv_lock((*self.buf.as_raw()).resv, core::ptr::null_mut()) };
         // INVARIANT: the lock was just taken and is released by `Guard::drop`.
         Guard {
@@ -216,8 +218,9 @@ impl<T: Importer> DynamicAttachment<T> {
     }
 
     unsafe extern "C" fn invalidate_callback(attach: *mut bindings::dma_buf_attachment) {
-        // SAFETY: The dma-buf core calls this for an attachment made by `new`, whose
+        // The dma-buf core calls this for an attachment made by `new`, whose
         // `importer_priv` points to an `Inner<T>` that lives until the attachment is detached.
+        // SAFETY: See the comment above.
         let inner = unsafe { &*(*attach).importer_priv.cast::<Inner<T>>() };
         // INVARIANT: the dma-buf core holds the reservation lock across this callback.
         let locked = Locked {
@@ -233,8 +236,9 @@ impl<T: Importer> DynamicAttachment<T> {
 impl<T: Importer> Drop for DynamicAttachment<T> {
     fn drop(&mut self) {
         self.lock().unmap();
-        // SAFETY: By the type invariant `attach` belongs to `buf` and is still attached. After
+        // By the type invariant `attach` belongs to `buf` and is still attached. After
         // this no callback can reach `inner`.
+        // SAFETY: See the comment above.
         unsafe { bindings::dma_buf_detach(self.buf.as_raw(), self.attach.as_ptr()) };
     }
 }
@@ -258,16 +262,18 @@ impl<T: Importer> Locked<'_, T> {
         // SAFETY: The reservation lock is held (type invariant), which protects `sgt`.
         let sgt = unsafe { &mut *self.inner.sgt.get() };
         if sgt.is_null() {
-            // SAFETY: `attach` is valid and the reservation lock is held, as a dynamic
+            // `attach` is valid and the reservation lock is held, as a dynamic
             // importer's mapping requires.
+            // SAFETY: See the comment above.
             let ptr = from_err_ptr(unsafe {
                 bindings::dma_buf_map_attachment(self.attach.as_ptr(), self.inner.dir.into())
             })?;
             // INVARIANT: `ptr` is a live mapping of the attachment.
             *sgt = ptr;
         }
-        // SAFETY: `sgt` is a valid mapping until it is unmapped, which needs `&self` too and
+        // `sgt` is a valid mapping until it is unmapped, which needs `&self` too and
         // the lock, so the borrow cannot outlive it.
+        // SAFETY: See the comment above.
         Ok(unsafe { SGTable::from_raw(*sgt) })
     }
 

@@ -185,8 +185,9 @@ impl PageOwner for ChunkOwner {
         };
         let drain = owner.load(Ordering::Acquire);
         if !drain.is_null() {
-            // SAFETY: A freed page was owned and its owner has not seen its last page freed yet
-            // (this is one of them), so `drain` is still set and alive (type invariant).
+            // A freed page was owned and its owner has not seen its last page freed yet (this
+            // is one of them), so `drain` is still set and alive.
+            // SAFETY: As just said, by the type invariant.
             unsafe { (*drain).page_freed() };
         }
     }
@@ -307,8 +308,9 @@ impl Buffer {
         self.mapping.unmap_range(self.cookie, self.size);
         for p in pages.iter() {
             let chunk = &chunks[p.index_chunk()];
-            // SAFETY: The registration owns its pages and holds one base reference on each,
-            // given in `claim`; it is dropped here exactly once (`dead` was false).
+            // The registration owns its pages and holds one base reference on each, given in
+            // `claim`; it is dropped here exactly once (`dead` was false).
+            // SAFETY: As just said, we own the reference we drop.
             if unsafe { chunk.pages.put_page(p.index as usize) }.is_err() {
                 // Cannot happen: indices were checked when the registration was made.
                 self.drain.page_freed();
@@ -498,8 +500,9 @@ impl Buffer {
                         return Err(e.into());
                     }
                     self.drain.live.fetch_add(1, Ordering::AcqRel);
-                    // SAFETY: The page had no owner, so its refcount is zero (an owner is
-                    // cleared only after all its pages were freed), and we now own it.
+                    // The page had no owner, so its refcount is zero (an owner is cleared only
+                    // after all its pages were freed), and we now own it.
+                    // SAFETY: As just said: refcount zero, and the page is ours.
                     unsafe { pages_of_chunk.init_page_ref(index)? };
                     o += PAGE_SIZE as u64;
                 }
@@ -702,8 +705,9 @@ impl MiscDevice for FgdsFile {
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Self::Ptr> {
         let misc: *mut MiscDeviceRegistration<Self> = core::ptr::from_ref(misc).cast_mut();
-        // SAFETY: Every registration of `FgdsFile` is the `misc` field of a `GpuNode`, which
-        // outlives the registration and so this call.
+        // Every registration of `FgdsFile` is the `misc` field of a `GpuNode`, which outlives
+        // the registration and so this call.
+        // SAFETY: As just said, `misc` is inside a live `GpuNode`.
         let node = unsafe { &*kernel::container_of!(misc, GpuNode, misc) };
         KBox::try_pin_init(
             try_pin_init!(FgdsFile {
@@ -793,8 +797,9 @@ impl kernel::Module for FgdsModule {
             let parent = gpu.pdev.clone();
             let node = KBox::try_pin_init(
                 try_pin_init!(GpuNode {
-                    // SAFETY: The node holds `gpu`, which holds a reference to `parent`'s
-                    // device, and drops the registration first.
+                    // The node holds `gpu`, which holds a reference to `parent`'s device, and
+                    // drops the registration first.
+                    // SAFETY: As just said, `parent` outlives the registration.
                     misc <- unsafe {
                         MiscDeviceRegistration::register_with_parent(
                             MiscDeviceOptions { name },

@@ -70,8 +70,9 @@ impl<T: PageOwner> P2pPages<T> {
             return Err(EINVAL);
         }
         let owner_ptr: *const T = &*owner;
-        // SAFETY: `pdev` is valid; `Self::OPS` is static; `owner_ptr` stays valid until the
+        // `pdev` is valid; `Self::OPS` is static; `owner_ptr` stays valid until the
         // pagemap is removed in `drop` (we hold `owner`).
+        // SAFETY: See the comment above.
         let pgmap = from_err_ptr(unsafe {
             bindings::pci_p2pdma_memremap(
                 pdev.as_raw(),
@@ -165,9 +166,10 @@ impl<T: PageOwner> P2pPages<T> {
     }
 
     unsafe extern "C" fn folio_free(folio: *mut bindings::folio) {
-        // SAFETY: `folio` is a P2PDMA folio of a pagemap made by `new`, whose `owner` points to
+        // `folio` is a P2PDMA folio of a pagemap made by `new`, whose `owner` points to
         // a live `T`: the pagemap is removed only after every page was freed, and `T` outlives
         // the pagemap.
+        // SAFETY: See the comment above.
         let (owner, pfn, first) = unsafe {
             // A folio starts with its head page.
             let page = folio.cast::<bindings::page>();
