@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Module lifetime: fgds cannot be unloaded while one of its nodes is open or
+ * mapped (fops.owner), and unloads cleanly, with nothing left behind, once
+ * everything is closed. Runs last: it reloads the module at the end.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "fgds_util.h"
+
+static int unload(void)
+{
+	return syscall(__NR_delete_module, "fgds", O_NONBLOCK) ? -errno : 0;
+}
+
+static int reload(void)
+{
+	return system("modprobe fgds ids=1af4:1110");
+}
+
+TEST(unload_refused_while_open_or_mapped)
+{
+	struct fgds_vfio v;
+	struct fgds_buf b;
+	const char *why;
+	int fd;
+
+	if (!getenv("FGDS_GPU_BDF"))
+		SKIP(return, "run in the fgds VM");
+	fd = open(FGDS_NODE, O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fgds_vfio_open(&v, &why));
+	ASSERT_EQ(0, fgds_buf_get(fd, &v, 500 << 20, 1 << 20, &b));
+
+	/* open node: refused */
+	EXPECT_EQ(-EWOULDBLOCK, unload());
+	/* closed fd, mapping alive (it holds the file): still refused */
+	close(fd);
+	EXPECT_EQ(-EWOULDBLOCK, unload());
+	b.p[0] = 1;
+	munmap(b.p, b.size);
+	/* nothing left: unloads; the node is gone; loading again brings it back */
+	EXPECT_EQ(0, unload());
+	EXPECT_EQ(-1, access(FGDS_NODE, F_OK));
+	EXPECT_EQ(0, reload());
+	EXPECT_EQ(0, access(FGDS_NODE, F_OK));
+	close(b.dmabuf);
+	fgds_vfio_close(&v);
+}
+
+TEST_HARNESS_MAIN
