@@ -11,8 +11,8 @@ need_root
 
 missing=()
 command -v debootstrap >/dev/null || missing+=(debootstrap)
-if ! command -v qemu-system-x86_64 >/dev/null ||
-   ! qemu-system-x86_64 --version | grep -qE 'version (9|[1-9][0-9])\.'; then
+qver=$(qemu-system-x86_64 --version 2>/dev/null || true)
+if ! [[ $qver =~ version\ (9|[1-9][0-9])\. ]]; then
 	missing+=(qemu-system-x86)
 fi
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
