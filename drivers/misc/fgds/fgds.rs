@@ -324,19 +324,7 @@ impl Buffer {
         }
         locked.unmap();
 
-        let mut gs = self.gpu.state.lock();
-        for p in pages.iter() {
-            let chunk = &chunks[p.index_chunk()];
-            if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
-                owner.store(core::ptr::null_mut(), Ordering::Release);
-            }
-        }
-        for chunk in chunks.iter() {
-            if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
-                gs.chunks.remove(&chunk.key);
-            }
-        }
-        drop(gs);
+        release_pages(&mut self.gpu.state.lock(), &chunks, &pages);
         // The last reference to a chunk removes its struct pages.
         drop(chunks);
     }
@@ -347,6 +335,23 @@ impl Buffer {
         if let Some(attach) = attach {
             self.teardown(&attach.lock(), false);
             drop(attach);
+        }
+    }
+}
+
+/// Gives up a registration's ownership of `pages` (all freed: refcount zero) and its use of
+/// `chunks`; a chunk no registration uses any more leaves the GPU's table (and loses its struct
+/// pages when its last reference goes). Called with [`Gpu::state`] held.
+fn release_pages(gs: &mut GpuState, chunks: &[Arc<Chunk>], pages: &[PageRef]) {
+    for p in pages {
+        let chunk = &chunks[p.index_chunk()];
+        if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
+            owner.store(core::ptr::null_mut(), Ordering::Release);
+        }
+    }
+    for chunk in chunks {
+        if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
+            gs.chunks.remove(&chunk.key);
         }
     }
 }
@@ -514,15 +519,8 @@ impl Buffer {
                 let chunk = &chunks[p.index_chunk()];
                 // SAFETY: We gave this page its base reference above; it is not mapped yet.
                 let _ = unsafe { chunk.pages.put_page(p.index as usize) };
-                if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
-                    owner.store(core::ptr::null_mut(), Ordering::Release);
-                }
             }
-            for chunk in chunks.iter() {
-                if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
-                    gs.chunks.remove(&chunk.key);
-                }
-            }
+            release_pages(&mut gs, &chunks, &pages);
             return Err(e);
         }
         drop(gs);
