@@ -297,22 +297,26 @@ pub unsafe extern "C" fn fgds_buf_register_dmabuf(
 /// path through pinned memory otherwise, or an error in strict use).
 #[no_mangle]
 pub extern "C" fn fgds_buf_register_cuda(dptr: u64, size: usize, flags: c_uint) -> c_int {
-    if flags != 0 {
-        return fail(Error::InvalidArgument("flags must be 0".into()));
-    }
-    match Buffer::from_cuda(dptr, size as u64).and_then(insert) {
-        Ok(_) => 0,
-        Err(e) => fail(e),
-    }
+    register_device(Buffer::from_cuda, dptr, size, flags)
 }
 
 /// Registers HIP device memory (see `fgds_buf_register_cuda`).
 #[no_mangle]
 pub extern "C" fn fgds_buf_register_hip(dptr: u64, size: usize, flags: c_uint) -> c_int {
+    register_device(Buffer::from_hip, dptr, size, flags)
+}
+
+/// The CUDA and HIP registrations: `from` makes the buffer of `[dptr, dptr + size)`.
+fn register_device(
+    from: fn(u64, u64) -> Result<Buffer>,
+    dptr: u64,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     if flags != 0 {
         return fail(Error::InvalidArgument("flags must be 0".into()));
     }
-    match Buffer::from_hip(dptr, size as u64).and_then(insert) {
+    match from(dptr, size as u64).and_then(insert) {
         Ok(_) => 0,
         Err(e) => fail(e),
     }
