@@ -247,13 +247,7 @@ fn run_fgds(a: &BenchArgs) -> Result<Result1, fgds::Error> {
                 })
             })
             .collect();
-        let mut total = 0;
-        for h in hs {
-            total += h
-                .join()
-                .map_err(|_| fgds::Error::InvalidArgument("bench thread panicked".into()))??;
-        }
-        Ok(total)
+        join_all(hs)
     });
     let bytes = r?;
     let secs = t0.elapsed().as_secs_f64();
@@ -342,13 +336,7 @@ fn run_baseline(a: &BenchArgs) -> Result<Result1, fgds::Error> {
                 })
             })
             .collect();
-        let mut total = 0;
-        for h in hs {
-            total += h
-                .join()
-                .map_err(|_| fgds::Error::InvalidArgument("bench thread panicked".into()))??;
-        }
-        Ok(total)
+        join_all(hs)
     });
     let bytes = r?;
     let secs = t0.elapsed().as_secs_f64();
@@ -418,4 +406,17 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, fgds::Error> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Joins the benchmark threads and adds up the bytes they moved.
+fn join_all(
+    hs: Vec<std::thread::ScopedJoinHandle<'_, Result<u64, fgds::Error>>>,
+) -> Result<u64, fgds::Error> {
+    let mut total = 0;
+    for h in hs {
+        total += h
+            .join()
+            .map_err(|_| fgds::Error::InvalidArgument("bench thread panicked".into()))??;
+    }
+    Ok(total)
 }

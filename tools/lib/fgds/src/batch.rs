@@ -247,18 +247,7 @@ impl FileHandle {
         size: usize,
         file_off: u64,
     ) -> Result<IoHandle> {
-        buffer.check_range("buffer range", buf_off as u64, size as u64)?;
-        IoHandle::start(IoParams {
-            cookie: 0,
-            file: self.clone(),
-            op: Op::Read,
-            file_off,
-            target: IoTarget::Plain {
-                buffer,
-                buf_off,
-                size,
-            },
-        })
+        self.start_async(Op::Read, buffer, buf_off, size, file_off)
     }
 
     /// Starts an asynchronous write.
@@ -269,11 +258,22 @@ impl FileHandle {
         size: usize,
         file_off: u64,
     ) -> Result<IoHandle> {
+        self.start_async(Op::Write, buffer, buf_off, size, file_off)
+    }
+
+    fn start_async(
+        self: &Arc<Self>,
+        op: Op,
+        buffer: Arc<Buffer>,
+        buf_off: usize,
+        size: usize,
+        file_off: u64,
+    ) -> Result<IoHandle> {
         buffer.check_range("buffer range", buf_off as u64, size as u64)?;
         IoHandle::start(IoParams {
             cookie: 0,
             file: self.clone(),
-            op: Op::Write,
+            op,
             file_off,
             target: IoTarget::Plain {
                 buffer,
