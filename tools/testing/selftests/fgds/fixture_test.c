@@ -261,14 +261,44 @@ TEST_F(odirect, host_memory_roundtrip)
 	free(buf);
 }
 
-/*
- * The guest user space the tests rely on really runs here. (fio does not yet:
- * it needs SysV shared memory, and the kernel is built without SYSVIPC.)
- */
+/* The guest user space the tests and benchmarks rely on really runs here. */
 TEST(python3_runs_in_the_guest)
 {
 	EXPECT_EQ(0, system("python3 -c 'import os, sys; sys.exit(0 if os.O_DIRECT else 1)'"));
 	EXPECT_NE(0, system("python3 -c 'import sys; sys.exit(3)' 2>/dev/null"));
+}
+
+/*
+ * fio's io_uring engine reads a file on ext4 with O_DIRECT and verifies it
+ * (fio writes it first with a checksum in every block).
+ */
+FIXTURE(tools) {
+	int unused;
+};
+
+FIXTURE_SETUP(tools)
+{
+}
+
+FIXTURE_TEARDOWN(tools)
+{
+}
+
+TEST_F_TIMEOUT(tools, fio_runs_in_the_guest, 300)
+{
+	const char *ext4 = getenv("FGDS_EXT4");
+	char cmd[512];
+
+	if (!ext4)
+		SKIP(return, "not in the fgds VM (FGDS_EXT4 is not set)");
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=fixture --filename=%s/fio.bin --size=8M --bs=64k --direct=1 "
+		 "--ioengine=io_uring --iodepth=8 --rw=write --verify=crc32c --do_verify=1 "
+		 "--output=/dev/null && rm -f %s/fio.bin", ext4, ext4);
+	EXPECT_EQ(0, system(cmd));
+	/* and fails on a file system that is not there */
+	EXPECT_NE(0, system("fio --name=fixture --filename=/nonexistent/dir/f --size=1M "
+			    "--rw=read --output=/dev/null 2>/dev/null"));
 }
 
 TEST_HARNESS_MAIN
