@@ -15,6 +15,7 @@
 #   root port - x3130 switch -+- dn1: NVMe "fgds0" (data: raw, ext4, xfs)
 #                             +- dn2: ivshmem-plain, BAR2 = /dev/shm/fgds-vram-* (the GPU stand-in)
 #                             +- dn3: NVMe "fgdscmb" with a 64 MiB CMB (upstream p2pmem)
+#                             +- dn4: ivshmem-plain, BAR2 = 64 MiB (a second GPU stand-in)
 # The console is logged to build/vm-<cfg>/console.log. The run fails when the
 # guest does not finish, or when the log holds an oops, a BUG, a WARN, a KASAN,
 # lockdep or hung-task report.
@@ -43,7 +44,9 @@ rm -f "$vm/nvme0.img" "$vm/nvme1.img"
 truncate -s 4G "$vm/nvme0.img"
 truncate -s 256M "$vm/nvme1.img"
 vram=/dev/shm/fgds-vram-$$
+vram2=/dev/shm/fgds-vram2-$$
 truncate -s 512M "$vram"
+truncate -s 64M "$vram2"
 gcc -O2 -Wall -o "$vm/barcheck" "$FGDS_VM/barcheck.c"
 
 log=$vm/console.log
@@ -53,7 +56,7 @@ checker=$!
 cleanup() {
 	touch "$out/stop"
 	wait "$checker" 2>/dev/null || true
-	rm -f "$vram"
+	rm -f "$vram" "$vram2"
 }
 trap cleanup EXIT
 
@@ -88,12 +91,15 @@ timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
 	-device xio3130-downstream,id=dn1,bus=up1,chassis=2,slot=1 \
 	-device xio3130-downstream,id=dn2,bus=up1,chassis=3,slot=2 \
 	-device xio3130-downstream,id=dn3,bus=up1,chassis=4,slot=3 \
+	-device xio3130-downstream,id=dn4,bus=up1,chassis=5,slot=4 \
 	-drive file="$vm/nvme0.img",if=none,id=nvm0,format=raw,cache=unsafe \
 	-device nvme,serial=fgds0,drive=nvm0,bus=dn1 \
 	-object memory-backend-file,id=vram,share=on,mem-path="$vram",size=512M \
 	-device ivshmem-plain,memdev=vram,bus=dn2 \
 	-drive file="$vm/nvme1.img",if=none,id=nvm1,format=raw,cache=unsafe \
 	-device nvme,serial=fgdscmb,drive=nvm1,cmb_size_mb=64,bus=dn3 \
+	-object memory-backend-file,id=vram2,share=on,mem-path="$vram2",size=64M \
+	-device ivshmem-plain,memdev=vram2,bus=dn4 \
 	</dev/null &
 qemu=$!
 # Show the guest's own output (kernel lines start with a timestamp).

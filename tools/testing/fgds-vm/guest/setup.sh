@@ -3,7 +3,8 @@
 # Sourced by the guest modes: finds the fixture's devices, partitions and
 # formats the data NVMe (fresh image each boot), binds the GPU stand-in to
 # vfio-pci, and exports what it found:
-#   FGDS_GPU_BDF   the ivshmem GPU stand-in (vfio-pci, BAR2 = "VRAM")
+#   FGDS_GPU_BDF   the ivshmem GPU stand-in (vfio-pci, BAR2 = "VRAM", 512 MiB)
+#   FGDS_GPU2_BDF  a second one (BAR2 64 MiB), served as another fgds node
 #   FGDS_NVME      the data NVMe (whole namespace)
 #   FGDS_RAW       its raw partition
 #   FGDS_EXT4 FGDS_XFS   mount points of its file systems
@@ -18,10 +19,13 @@ nvme_by_serial() {
 	done
 }
 
-export FGDS_GPU_BDF=$(for d in /sys/bus/pci/devices/*; do
+standins=$(for d in /sys/bus/pci/devices/*; do
 	[ "$(cat "$d/vendor"):$(cat "$d/device")" = 0x1af4:0x1110 ] && basename "$d"
-done | head -n1)
+done)
+export FGDS_GPU_BDF=$(echo "$standins" | sed -n 1p)
+export FGDS_GPU2_BDF=$(echo "$standins" | sed -n 2p)
 [ -n "$FGDS_GPU_BDF" ] || fgds_die "no ivshmem GPU stand-in on the PCI bus"
+[ -n "$FGDS_GPU2_BDF" ] || fgds_die "no second ivshmem GPU stand-in on the PCI bus"
 
 ctrl=$(nvme_by_serial fgds0)
 [ -n "$ctrl" ] || fgds_die "no NVMe with serial fgds0"
@@ -51,8 +55,10 @@ echo 1af4 1110 >/sys/bus/pci/drivers/vfio-pci/new_id 2>/dev/null
 if modinfo fgds >/dev/null 2>&1; then
 	modprobe fgds ids=1af4:1110 || fgds_die "modprobe fgds failed"
 fi
-[ -e /sys/bus/pci/drivers/vfio-pci/$FGDS_GPU_BDF ] ||
-	fgds_die "vfio-pci did not bind $FGDS_GPU_BDF (is vfio.enable_unsafe_noiommu_mode=1 set?)"
+for bdf in $FGDS_GPU_BDF $FGDS_GPU2_BDF; do
+	[ -e /sys/bus/pci/drivers/vfio-pci/$bdf ] ||
+		fgds_die "vfio-pci did not bind $bdf (is vfio.enable_unsafe_noiommu_mode=1 set?)"
+done
 
 # A block device that cannot do P2P DMA: a loop device over tmpfs.
 truncate -s 64M /tmp/loop.img

@@ -37,15 +37,15 @@ static inline const char *fgds_gpu_bdf(void)
 	return bdf ? bdf : "0000:04:00.0";
 }
 
-/* Returns 0 or a negative errno; @why says which step failed. */
-static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
+/* Opens the vfio device @bdf: returns 0 or a negative errno; @why says which step failed. */
+static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const char **why)
 {
 	struct vfio_region_info reg = { .argsz = sizeof(reg), .index = FGDS_VRAM_REGION };
 	char link[PATH_MAX], target[PATH_MAX], group[64];
 	ssize_t n;
 
 	memset(v, 0xff, sizeof(*v) - 2 * sizeof(uint64_t));
-	snprintf(link, sizeof(link), "/sys/bus/pci/devices/%s/iommu_group", fgds_gpu_bdf());
+	snprintf(link, sizeof(link), "/sys/bus/pci/devices/%s/iommu_group", bdf);
 	n = readlink(link, target, sizeof(target) - 1);
 	if (n < 0) {
 		*why = "no iommu_group link (is the stand-in bound to vfio-pci?)";
@@ -59,7 +59,16 @@ static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
 	if (v->container < 0)
 		return -errno;
 	*why = "open the noiommu group";
-	v->group = open(group, O_RDWR | O_CLOEXEC);
+	/*
+	 * A group has one opener at a time; the previous one may be a test
+	 * process whose io_uring workers still hold its files for a moment.
+	 */
+	for (int tries = 0; tries < 100; tries++) {
+		v->group = open(group, O_RDWR | O_CLOEXEC);
+		if (v->group >= 0 || errno != EBUSY)
+			break;
+		usleep(100000);
+	}
 	if (v->group < 0)
 		return -errno;
 	*why = "VFIO_GROUP_SET_CONTAINER";
@@ -69,7 +78,7 @@ static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
 	if (ioctl(v->container, VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU))
 		return -errno;
 	*why = "VFIO_GROUP_GET_DEVICE_FD";
-	v->device = ioctl(v->group, VFIO_GROUP_GET_DEVICE_FD, fgds_gpu_bdf());
+	v->device = ioctl(v->group, VFIO_GROUP_GET_DEVICE_FD, bdf);
 	if (v->device < 0)
 		return -errno;
 	*why = "VFIO_DEVICE_GET_REGION_INFO(BAR2)";
@@ -81,6 +90,12 @@ static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
 	return 0;
 }
 
+/* The GPU stand-in of the fixture (FGDS_GPU_BDF). */
+static inline int fgds_vfio_open(struct fgds_vfio *v, const char **why)
+{
+	return fgds_vfio_open_bdf(v, fgds_gpu_bdf(), why);
+}
+
 static inline void fgds_vfio_close(struct fgds_vfio *v)
 {
 	if (v->device >= 0)
@@ -89,6 +104,7 @@ static inline void fgds_vfio_close(struct fgds_vfio *v)
 		close(v->group);
 	if (v->container >= 0)
 		close(v->container);
+	v->device = v->group = v->container = -1;
 }
 
 /* Export [off, off + len) of the BAR as a dma-buf: returns its fd or -errno. */
