@@ -324,9 +324,7 @@ impl Buffer {
         }
         locked.unmap();
 
-        release_pages(&mut self.gpu.state.lock(), &chunks, &pages);
-        // The last reference to a chunk removes its struct pages.
-        drop(chunks);
+        release_pages(&mut self.gpu.state.lock(), chunks, &pages);
     }
 
     /// UNREG or close: tears down and detaches.
@@ -340,20 +338,24 @@ impl Buffer {
 }
 
 /// Gives up a registration's ownership of `pages` (all freed: refcount zero) and its use of
-/// `chunks`; a chunk no registration uses any more leaves the GPU's table (and loses its struct
-/// pages when its last reference goes). Called with [`Gpu::state`] held.
-fn release_pages(gs: &mut GpuState, chunks: &[Arc<Chunk>], pages: &[PageRef]) {
+/// `chunks`; a chunk no registration uses any more leaves the GPU's table and loses its struct
+/// pages. Called with [`Gpu::state`] held.
+fn release_pages(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>, pages: &[PageRef]) {
     for p in pages {
         let chunk = &chunks[p.index_chunk()];
         if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
             owner.store(core::ptr::null_mut(), Ordering::Release);
         }
     }
-    for chunk in chunks {
+    for chunk in chunks.iter() {
         if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
             gs.chunks.remove(&chunk.key);
         }
     }
+    // The table and the registrations hold the only references to a chunk, and both are dropped
+    // with `gs` held: an unused chunk's struct pages are gone before another registration can
+    // give the same range new ones (which would fail with `EEXIST`).
+    drop(chunks);
 }
 
 impl PageRef {
@@ -520,7 +522,7 @@ impl Buffer {
                 // SAFETY: We gave this page its base reference above; it is not mapped yet.
                 let _ = unsafe { chunk.pages.put_page(p.index as usize) };
             }
-            release_pages(&mut gs, &chunks, &pages);
+            release_pages(&mut gs, chunks, &pages);
             return Err(e);
         }
         drop(gs);
