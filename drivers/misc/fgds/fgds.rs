@@ -73,6 +73,8 @@ use kernel::{
     },
     prelude::*,
     rbtree::RBTree,
+    seq_file::SeqFile,
+    seq_print,
     sync::{
         aref::ARef,
         Arc,
@@ -232,6 +234,24 @@ struct Gpu {
     pdev: ARef<pci::Device>,
     #[pin]
     state: Mutex<GpuState>,
+    /// [`Buffer`]s alive (registered, or torn down and still referenced), for fdinfo.
+    live_buffers: AtomicUsize,
+}
+
+/// Counts a [`Buffer`] in [`Gpu::live_buffers`] while it exists.
+struct LiveBuffer(Arc<Gpu>);
+
+impl LiveBuffer {
+    fn new(gpu: &Arc<Gpu>) -> Self {
+        gpu.live_buffers.fetch_add(1, Ordering::Relaxed);
+        Self(gpu.clone())
+    }
+}
+
+impl Drop for LiveBuffer {
+    fn drop(&mut self) {
+        self.0.live_buffers.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn chunk_key(bar: u32, bar_off: u64) -> u64 {
@@ -276,6 +296,7 @@ struct BufState {
 #[pin_data]
 struct Buffer {
     gpu: Arc<Gpu>,
+    _live: LiveBuffer,
     cookie: u64,
     size: u64,
     mapping: MappingRef,
@@ -602,6 +623,7 @@ impl FgdsFile {
         let buf = Arc::pin_init(
             try_pin_init!(Buffer {
                 gpu: self.gpu.clone(),
+                _live: LiveBuffer::new(&self.gpu),
                 cookie,
                 size: r.size,
                 mapping: file.mapping(),
@@ -750,6 +772,16 @@ impl MiscDevice for FgdsFile {
         vma.set_vm_ops(buf);
         Ok(())
     }
+
+    fn show_fdinfo(me: Pin<&FgdsFile>, m: &SeqFile, _file: &File) {
+        let buffers = me.buffers.lock().iter().count();
+        let chunks = me.gpu.state.lock().chunks.iter().count();
+        let live = me.gpu.live_buffers.load(Ordering::Relaxed);
+        seq_print!(m, "fgds-buffers:\t{}\n", buffers);
+        seq_print!(m, "fgds-gpu-buffers:\t{}\n", live);
+        seq_print!(m, "fgds-gpu-chunks:\t{}\n", chunks);
+        seq_print!(m, "fgds-gpu-pages:\t{}\n", chunks * PAGES_PER_CHUNK);
+    }
 }
 
 /// The misc device of a GPU.
@@ -791,6 +823,7 @@ impl kernel::Module for FgdsModule {
                         chunks: RBTree::new(),
                         last_id: 0,
                     }),
+                    live_buffers: AtomicUsize::new(0),
                 }),
                 GFP_KERNEL,
             )?;
