@@ -393,7 +393,7 @@ impl Buffer {
     }
 
     /// `Buffer.from_dmabuf(fd, offset, size, device=None)`: registers a
-    /// dma-buf on `/dev/fgdsN` (`device`, default the first node) and maps it.
+    /// dma-buf on `/dev/fgdsN` (`device`; default: the node whose GPU owns the memory) and maps it.
     #[staticmethod]
     #[pyo3(signature = (fd, offset, size, device=None))]
     fn from_dmabuf(

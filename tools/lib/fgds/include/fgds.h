@@ -80,8 +80,8 @@ int fgds_close(int handle);
 /* Registers caller-owned host memory [ptr, ptr+len); flags must be 0. */
 int fgds_buf_register_host(void *ptr, size_t len, unsigned int flags);
 /* Registers size bytes at offset (page aligned) of a dma-buf on device
- * ("/dev/fgdsN", NULL for the first) and maps them; *out receives the
- * address of the mapping, which is the buffer's base. */
+ * ("/dev/fgdsN"; NULL: the node whose GPU owns the memory) and maps them;
+ * *out receives the address of the mapping, which is the buffer's base. */
 int fgds_buf_register_dmabuf(const char *device, int dmabuf_fd,
 			     uint64_t offset, uint64_t size, void **out);
 /* Registers CUDA (HIP) device memory [dptr, dptr+size). If an fgds node

@@ -196,8 +196,10 @@ impl Buffer {
         })
     }
 
-    /// Registers `size` bytes at `offset` of a dma-buf on `device` (or on the
-    /// first fgds node when `None`) and maps them.
+    /// Registers `size` bytes at `offset` of a dma-buf on `device` and maps
+    /// them. With `None`, on the fgds node whose GPU owns the memory: the
+    /// nodes are tried in order and those that answer `EXDEV` (not their
+    /// GPU's memory) are passed over.
     pub fn register_dmabuf(
         device: Option<&std::path::Path>,
         dmabuf_fd: RawFd,
@@ -207,28 +209,30 @@ impl Buffer {
         if dmabuf_fd < 0 {
             return Err(Error::os("dma-buf fd", libc::EBADF));
         }
-        let path = match device {
-            Some(p) => p.to_path_buf(),
-            None => {
-                let devs = list_devices()?;
-                match devs.into_iter().next() {
-                    Some(d) => d.dev_path,
-                    None => {
-                        return Err(Error::NoDevice(
-                            "no /sys/class/misc/fgds* node: the fgds module is not loaded or no GPU is bound"
-                                .into(),
-                        ))
-                    }
-                }
-            }
+        let paths = match device {
+            Some(p) => vec![p.to_path_buf()],
+            None => list_devices()?.into_iter().map(|d| d.dev_path).collect(),
         };
-        let dev = shared_device(path)?;
-        let m = FgdsMapping::new(dev, dmabuf_fd, offset, size)?;
-        let len = m.len;
-        Ok(Buffer {
-            mem: Memory::Fgds(m),
-            len,
-        })
+        let mut last = Error::NoDevice(
+            "no /sys/class/misc/fgds* node: the fgds module is not loaded or no GPU is bound"
+                .into(),
+        );
+        for path in paths {
+            let m =
+                shared_device(path).and_then(|dev| FgdsMapping::new(dev, dmabuf_fd, offset, size));
+            match m {
+                Ok(m) => {
+                    let len = m.len;
+                    return Ok(Buffer {
+                        mem: Memory::Fgds(m),
+                        len,
+                    });
+                }
+                Err(e) if device.is_none() && e.errno() == libc::EXDEV => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// Wraps CUDA device memory `[dptr, dptr+size)`. If an fgds node serves

@@ -267,7 +267,7 @@ pub unsafe extern "C" fn fgds_buf_register_host(
 }
 
 /// Registers `size` bytes at `offset` of a dma-buf on `device` (NULL: the
-/// first fgds node) and maps them; `*out` receives the mapping address.
+/// node whose GPU owns the memory) and maps them; `*out` receives the mapping address.
 ///
 /// # Safety
 /// `device` NULL or a C string; `out` a valid pointer.
