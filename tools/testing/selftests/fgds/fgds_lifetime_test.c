@@ -1,0 +1,537 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Lifetime rules of fgds registrations, with I/O in flight:
+ * - the stand-in unbound from vfio-pci (the exporter revokes) while a
+ *   registration is mapped and O_DIRECT reads run into it;
+ * - SIGKILL of a process with io_uring reads in flight into its mapping;
+ * - UNREG, munmap, close of the node and close of the dma-buf with io_uring
+ *   reads in flight;
+ * - threads registering, mapping, doing I/O and unregistering at once, on
+ *   one open file, on several, and on two GPUs' nodes.
+ * Data is checked by content: the host compares the stand-in's BAR file with
+ * what was written, and memory that no longer belongs to a registration is
+ * refilled by the host and checked again later, so a late DMA would show.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "fgds_host.h"
+#include "fgds_test.h"
+#include "fgds_util.h"
+
+/* Areas of the fixture these tests own: BAR [256M, 320M), raw [768M, 832M). */
+#define BAR_BASE (256 * SZ_1M)
+#define RAW_BASE (768 * SZ_1M)
+#define BUF_LEN (4 * SZ_1M)
+#define NR_IOS 32
+#define IO_LEN (BUF_LEN / NR_IOS)
+
+static int open_raw(void)
+{
+	const char *raw = getenv("FGDS_RAW");
+
+	return raw ? open(raw, O_RDWR | O_DIRECT | O_CLOEXEC) : -ENOENT;
+}
+
+/* Submit NR_IOS reads of IO_LEN from @raw at RAW_BASE into @p. */
+static int submit_reads(struct io_uring *ring, int raw, unsigned char *p)
+{
+	int i;
+
+	for (i = 0; i < NR_IOS; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+		if (!sqe)
+			return -EBUSY;
+		io_uring_prep_read(sqe, raw, p + i * IO_LEN, IO_LEN, RAW_BASE + i * IO_LEN);
+		sqe->user_data = i;
+	}
+	return io_uring_submit(ring);
+}
+
+/*
+ * Reap @n completions into @res (by slot): counts of whole reads and of
+ * -EFAULT; -1 on a timeout or any other result.
+ */
+static int reap(struct io_uring *ring, int n, int *res, int *ok, int *efault)
+{
+	struct __kernel_timespec ts = { .tv_sec = 120 };
+	struct io_uring_cqe *cqe;
+
+	*ok = *efault = 0;
+	while (n--) {
+		if (io_uring_wait_cqe_timeout(ring, &cqe, &ts))
+			return -1;
+		res[cqe->user_data % NR_IOS] = cqe->res;
+		if (cqe->res == (int)IO_LEN)
+			(*ok)++;
+		else if (cqe->res == -EFAULT)
+			(*efault)++;
+		else
+			return -1;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+static int host_at(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len, uint64_t pos)
+{
+	char ans[200];
+	int ret = fgds_host_req(op, seed, bar_off, len, pos, ans, sizeof(ans));
+
+	if (ret)
+		fprintf(stderr, "# host %s at %#llx+%#llx: %s\n", op, (unsigned long long)bar_off,
+			(unsigned long long)len, ans);
+	return ret;
+}
+
+static int host(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len)
+{
+	return host_at(op, seed, bar_off, len, 0);
+}
+
+struct io_loop {
+	int raw;
+	unsigned char *p;
+	int ok;
+	int cut_short;
+	int err;
+};
+
+static void *io_loop(void *arg)
+{
+	struct io_loop *l = arg;
+
+	for (;;) {
+		ssize_t n = pread(l->raw, l->p, BUF_LEN, RAW_BASE);
+
+		if (n < 0) {
+			l->err = errno;
+			return NULL;
+		}
+		if (n != (ssize_t)BUF_LEN)
+			l->cut_short++;
+		else
+			__atomic_add_fetch(&l->ok, 1, __ATOMIC_RELEASE);
+	}
+}
+
+struct unbind {
+	const char *bdf;
+	int ret;
+};
+
+static void *unbind(void *arg)
+{
+	struct unbind *u = arg;
+
+	u->ret = fgds_sysfs_write("/sys/bus/pci/drivers/vfio-pci/unbind", u->bdf);
+	return NULL;
+}
+
+/* An eventfd that vfio-pci signals when it wants the device back (unbind). */
+static int vfio_request_eventfd(struct fgds_vfio *v)
+{
+	struct {
+		struct vfio_irq_set set;
+		int32_t fd;
+	} __attribute__((packed)) req = {
+		.set = {
+			.argsz = sizeof(req),
+			.flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+			.index = VFIO_PCI_REQ_IRQ_INDEX,
+			.count = 1,
+		},
+	};
+
+	req.fd = eventfd(0, EFD_CLOEXEC);
+	if (req.fd < 0)
+		return -errno;
+	if (ioctl(v->device, VFIO_DEVICE_SET_IRQS, &req)) {
+		int err = -errno;
+
+		close(req.fd);
+		return err;
+	}
+	return req.fd;
+}
+
+FIXTURE(lt) {
+	struct fgds_vfio v;
+	int node;
+	int raw;
+};
+
+FIXTURE_SETUP(lt)
+{
+	const char *why;
+	int ret;
+
+	if (!getenv("FGDS_GPU_BDF"))
+		SKIP(return, "not in the fgds VM (FGDS_GPU_BDF is not set)");
+	self->node = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, self->node) TH_LOG(FGDS_NODE ": %s", strerror(errno));
+	ret = fgds_vfio_open(&self->v, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio: %s: %s", why, strerror(-ret));
+	self->raw = open_raw();
+	ASSERT_LE(0, self->raw) TH_LOG("raw partition: %s", strerror(errno));
+	ASSERT_EQ(0, fgds_put_pattern(self->raw, RAW_BASE, BUF_LEN, 0x11fe));
+}
+
+FIXTURE_TEARDOWN(lt)
+{
+	fgds_vfio_close(&self->v);
+	if (self->raw >= 0)
+		close(self->raw);
+	if (self->node >= 0)
+		close(self->node);
+}
+
+/*
+ * The exporter goes away under a mapped registration with O_DIRECT reads in
+ * flight: vfio-pci asks for the device back, the owner closes it, vfio-pci
+ * revokes, fgds zaps and drains, the unbind completes; the reads that were in
+ * flight landed whole, nothing else was written, the node keeps working after
+ * the stand-in is bound again.
+ */
+TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
+{
+	const char *bdf = fgds_gpu_bdf(), *why;
+	struct io_loop l = { .raw = self->raw };
+	struct unbind u = { .bdf = bdf };
+	struct fgds_buffer_info info;
+	pthread_t io_thr, unbind_thr;
+	struct pollfd pfd;
+	struct fgds_buf b;
+	char path[128];
+	int efd, ret;
+
+	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
+	efd = vfio_request_eventfd(&self->v);
+	ASSERT_LE(0, efd) TH_LOG("VFIO_PCI_REQ_IRQ_INDEX: %s", strerror(-efd));
+
+	l.p = b.p;
+	ASSERT_EQ(0, pthread_create(&io_thr, NULL, io_loop, &l));
+	while (__atomic_load_n(&l.ok, __ATOMIC_ACQUIRE) < 2 && !l.err)
+		usleep(1000);
+	ASSERT_EQ(0, l.err) TH_LOG("O_DIRECT read into the mapping: %s", strerror(l.err));
+
+	ASSERT_EQ(0, pthread_create(&unbind_thr, NULL, unbind, &u));
+	pfd = (struct pollfd){ .fd = efd, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("vfio-pci never asked for the device");
+	/* The owner gives the device back: vfio-pci revokes its dma-bufs. */
+	fgds_vfio_close(&self->v);
+	close(efd);
+	pthread_join(unbind_thr, NULL);
+	ASSERT_EQ(0, u.ret) TH_LOG("unbind: %s", strerror(-u.ret));
+	pthread_join(io_thr, NULL);
+	EXPECT_EQ(EFAULT, l.err);
+	TH_LOG("%d whole and %d short reads before the revocation", l.ok, l.cut_short);
+
+	ASSERT_EQ(0, fgds_query(self->node, b.cookie, &info));
+	EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+	EXPECT_TRUE(fgds_load_faults(b.p + SZ_64K));
+	/* Every read, whole or cut short, wrote the same bytes; nothing else moved. */
+	EXPECT_EQ(0, host("check", 0x11fe, BAR_BASE, BUF_LEN));
+	EXPECT_EQ(0, host("check", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	EXPECT_EQ(0, host("check", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	fgds_buf_put(self->node, &b);
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/vfio-pci/%s", bdf);
+	ASSERT_NE(0, access(path, F_OK)) TH_LOG("still bound to vfio-pci");
+	ASSERT_EQ(0, fgds_sysfs_write("/sys/bus/pci/drivers/vfio-pci/bind", bdf));
+	ret = fgds_vfio_open(&self->v, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio after rebind: %s: %s", why, strerror(-ret));
+	ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
+	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
+	EXPECT_EQ((ssize_t)BUF_LEN, pread(self->raw, b.p, BUF_LEN, RAW_BASE));
+	EXPECT_EQ(0, host("check", 0x11fe, BAR_BASE, BUF_LEN));
+	fgds_buf_put(self->node, &b);
+}
+
+/* A child with NR_IOS io_uring reads in flight into its own registration of @dmabuf. */
+static void __attribute__((noreturn)) child_reader(int dmabuf, int ready)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	unsigned char *p;
+	uint64_t cookie = 0;
+	int node, raw;
+
+	node = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+	raw = open_raw();
+	if (node < 0 || raw < 0 || fgds_reg(node, dmabuf, 0, BUF_LEN, &cookie))
+		_exit(2);
+	p = fgds_map(node, cookie, BUF_LEN);
+	if (!p || io_uring_queue_init(2 * NR_IOS, &ring, 0) || submit_reads(&ring, raw, p) != NR_IOS)
+		_exit(3);
+	if (write(ready, "r", 1) != 1)
+		_exit(4);
+	for (;;) {
+		struct io_uring_sqe *sqe;
+		int i;
+
+		if (io_uring_wait_cqe(&ring, &cqe) || cqe->res != (int)IO_LEN)
+			_exit(5);
+		i = cqe->user_data;
+		io_uring_cqe_seen(&ring, cqe);
+		sqe = io_uring_get_sqe(&ring);
+		io_uring_prep_read(sqe, raw, p + i * IO_LEN, IO_LEN, RAW_BASE + i * IO_LEN);
+		sqe->user_data = i;
+		io_uring_submit(&ring);
+	}
+}
+
+/*
+ * SIGKILL with reads in flight: the registration ends with the process, after
+ * its DMA; the memory, refilled by the host right after the child is reaped,
+ * is not written again; the range can be registered again at once.
+ */
+TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 600)
+{
+	int dmabuf, kills, chunks0;
+	uint64_t seed = 7;
+
+	chunks0 = fgds_fdinfo_num(self->node, "fgds-gpu-chunks");
+	ASSERT_LE(0, chunks0) TH_LOG("no fgds-gpu-chunks in fdinfo");
+	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	dmabuf = fgds_vfio_dmabuf(&self->v, BAR_BASE, BUF_LEN);
+	ASSERT_LE(0, dmabuf);
+
+	for (kills = 0; kills < 6; kills++) {
+		int pipefd[2], status;
+		uint64_t cookie = 0;
+		char c;
+		pid_t pid;
+
+		ASSERT_EQ(0, pipe(pipefd));
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (!pid) {
+			close(pipefd[0]);
+			child_reader(dmabuf, pipefd[1]);
+		}
+		close(pipefd[1]);
+		ASSERT_EQ(1, read(pipefd[0], &c, 1)) TH_LOG("the child did not start its reads");
+		close(pipefd[0]);
+		usleep(fgds_rand(&seed) % 20000);
+		ASSERT_EQ(0, kill(pid, SIGKILL));
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+			TH_LOG("the child ended by itself (status %#x) before the kill", status);
+
+		/* The memory is someone else's now: no DMA may reach it any more. */
+		ASSERT_EQ(0, host("fill", 0xdead0000 + kills, BAR_BASE, BUF_LEN));
+		usleep(200000);
+		EXPECT_EQ(0, host("check", 0xdead0000 + kills, BAR_BASE, BUF_LEN));
+		EXPECT_EQ(chunks0, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+		ASSERT_EQ(0, fgds_reg(self->node, dmabuf, 0, BUF_LEN, &cookie));
+		ASSERT_EQ(0, fgds_unreg(self->node, cookie));
+	}
+	EXPECT_EQ(0, host("check", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	EXPECT_EQ(0, host("check", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	close(dmabuf);
+}
+
+enum { UNREG, MUNMAP, CLOSE_NODE, CLOSE_DMABUF };
+static const char *const action_name[] = { "UNREG", "munmap", "close of the node",
+					   "close of the dma-buf" };
+
+/*
+ * NR_IOS io_uring reads in flight, then one of UNREG, munmap, close of the
+ * node or of the dma-buf. Every read completes whole or with EFAULT, and each
+ * slot of the buffer holds what its read brought or what was there before;
+ * UNREG returns only once no DMA is in flight, so memory the host refills
+ * right after it stays as the host left it; closing the node or the dma-buf
+ * changes nothing for a mapped registration.
+ */
+TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 600)
+{
+	int action;
+
+	for (action = UNREG; action <= CLOSE_DMABUF; action++) {
+		int node = open(FGDS_NODE, O_RDWR | O_CLOEXEC), ok, efault, pending, i;
+		int res[NR_IOS] = { 0 };
+		struct io_uring ring;
+		struct fgds_buf b;
+
+		ASSERT_LE(0, node);
+		ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
+		ASSERT_EQ(0, fgds_buf_get(node, &self->v, BAR_BASE, BUF_LEN, &b));
+		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+		ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
+		pending = NR_IOS - io_uring_cq_ready(&ring);
+
+		switch (action) {
+		case UNREG:
+			ASSERT_EQ(0, fgds_unreg(node, b.cookie));
+			b.cookie = 0;
+			ASSERT_EQ(0, host("fill", 0xabc, BAR_BASE, BUF_LEN));
+			break;
+		case MUNMAP:
+			ASSERT_EQ(0, munmap(b.p, BUF_LEN));
+			b.p = NULL;
+			break;
+		case CLOSE_NODE:
+			ASSERT_EQ(0, close(node));
+			node = -1;
+			break;
+		case CLOSE_DMABUF:
+			ASSERT_EQ(0, close(b.dmabuf));
+			b.dmabuf = 0;
+			break;
+		}
+		ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault))
+			TH_LOG("%s: a read ended other than whole or EFAULT", action_name[action]);
+		TH_LOG("%s with %d of %d reads in flight: %d whole, %d EFAULT", action_name[action],
+		       pending, NR_IOS, ok, efault);
+		io_uring_queue_exit(&ring);
+
+		if (action == UNREG) {
+			usleep(100000);
+			EXPECT_EQ(0, host("check", 0xabc, BAR_BASE, BUF_LEN));
+		} else {
+			/* runs of slots with the same outcome, one host check each */
+			for (i = 0; i < NR_IOS;) {
+				int j = i;
+
+				while (j < NR_IOS && (res[j] > 0) == (res[i] > 0))
+					j++;
+				EXPECT_EQ(0, host_at("check", res[i] > 0 ? 0x11fe : 0,
+						     BAR_BASE + i * IO_LEN, (j - i) * IO_LEN,
+						     i * IO_LEN));
+				i = j;
+			}
+		}
+		if (action == CLOSE_NODE || action == CLOSE_DMABUF)
+			EXPECT_EQ(NR_IOS, ok);
+		if (node >= 0) {
+			fgds_buf_put(node, &b);
+			close(node);
+		} else {
+			munmap(b.p, BUF_LEN);
+			close(b.dmabuf);
+		}
+	}
+}
+
+struct worker {
+	int id;
+	int node;
+	struct fgds_vfio *v;
+	uint64_t bar_off;
+	int cycles;
+	char file[256];
+	size_t corrupt;
+	int err;
+	const char *what;
+};
+
+#define W_LEN SZ_1M
+
+static void *worker(void *arg)
+{
+	struct worker *w = arg;
+	int c, fd;
+
+	fd = open(w->file, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		w->err = errno;
+		w->what = "open the file";
+		return NULL;
+	}
+	for (c = 0; c < w->cycles; c++) {
+		uint64_t seed = ((uint64_t)w->id << 32) | c;
+		struct fgds_buf b;
+		int ret;
+
+		ret = fgds_buf_get(w->node, w->v, w->bar_off, W_LEN, &b);
+		if (ret) {
+			w->err = -ret;
+			w->what = "register and map";
+			break;
+		}
+		fgds_pattern_fill(b.p, W_LEN, seed, 0);
+		if (pwrite(fd, b.p, W_LEN, 0) != (ssize_t)W_LEN) {
+			w->err = errno;
+			w->what = "O_DIRECT write from the mapping";
+			fgds_buf_put(w->node, &b);
+			break;
+		}
+		memset(b.p, 0, W_LEN);
+		if (pread(fd, b.p, W_LEN, 0) != (ssize_t)W_LEN) {
+			w->err = errno;
+			w->what = "O_DIRECT read into the mapping";
+			fgds_buf_put(w->node, &b);
+			break;
+		}
+		w->corrupt += fgds_pattern_diff(b.p, W_LEN, seed, 0);
+		fgds_buf_put(w->node, &b);
+	}
+	close(fd);
+	return NULL;
+}
+
+/*
+ * Threads register, map, write, read back and unregister at once: two share
+ * one open file of /dev/fgds0, two have their own, two use the second GPU's
+ * node. Buffers are 1 MiB so that pairs share a struct-page chunk.
+ */
+TEST_F_TIMEOUT(lt, threads_across_files_and_nodes, 600)
+{
+	const char *bdf2 = getenv("FGDS_GPU2_BDF"), *ext4 = getenv("FGDS_EXT4"),
+		   *xfs = getenv("FGDS_XFS"), *why;
+	struct worker w[6] = {};
+	pthread_t thr[6];
+	struct fgds_vfio v2;
+	char node2[64];
+	int own[2], n2, ret, i;
+
+	ASSERT_TRUE(bdf2 && ext4 && xfs) TH_LOG("FGDS_GPU2_BDF, FGDS_EXT4 or FGDS_XFS not set");
+	ASSERT_EQ(0, fgds_node_of(bdf2, node2, sizeof(node2))) TH_LOG("no fgds node for %s", bdf2);
+	ret = fgds_vfio_open_bdf(&v2, bdf2, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", bdf2, why, strerror(-ret));
+	n2 = open(node2, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, n2);
+	for (i = 0; i < 2; i++) {
+		own[i] = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+		ASSERT_LE(0, own[i]);
+	}
+	for (i = 0; i < 6; i++) {
+		w[i].id = i;
+		w[i].cycles = 6;
+		w[i].node = i < 2 ? self->node : i < 4 ? own[i - 2] : n2;
+		w[i].v = i < 4 ? &self->v : &v2;
+		w[i].bar_off = i < 4 ? BAR_BASE + i * W_LEN : (i - 4) * W_LEN;
+		snprintf(w[i].file, sizeof(w[i].file), "%s/lifetime-%d.bin", i & 1 ? xfs : ext4, i);
+		ASSERT_EQ(0, pthread_create(&thr[i], NULL, worker, &w[i]));
+	}
+	for (i = 0; i < 6; i++) {
+		pthread_join(thr[i], NULL);
+		EXPECT_EQ(0, w[i].err) TH_LOG("thread %d: %s: %s", i, w[i].what, strerror(w[i].err));
+		EXPECT_EQ(0, w[i].corrupt) TH_LOG("thread %d: %zu bytes differ", i, w[i].corrupt);
+		unlink(w[i].file);
+	}
+	EXPECT_EQ(0, fgds_fdinfo_num(n2, "fgds-gpu-chunks"));
+	for (i = 0; i < 2; i++)
+		close(own[i]);
+	close(n2);
+	fgds_vfio_close(&v2);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A bounded stress run of fgds's lifetime rules, everything at once:
+ * - workers on /dev/fgds0 and on the second GPU's node register, map, write
+ *   from and read back into their buffers on ext4 and xfs with O_DIRECT, and
+ *   tear down in a random order (UNREG, munmap, close of the dma-buf first);
+ * - a revoker turns the stand-ins' memory decoding off and on through vfio:
+ *   vfio-pci revokes every dma-buf, fgds zaps and drains with I/O in flight;
+ * - a killer forks readers with io_uring reads in flight into their own
+ *   registration and SIGKILLs them at random times; the memory is refilled
+ *   right after and checked later, so a DMA after the kill would show.
+ * Data is checked by content through vfio's own CPU mapping of the BAR (it
+ * works whatever fgds does). At the end the figures are printed: cycles,
+ * revocations and kills survived, corrupted bytes, registrations and struct
+ * pages left, kernel reports. Then the module is unloaded and loaded again.
+ *
+ * FGDS_STRESS_SECONDS (default 40) bounds the run; FGDS_STRESS_SEED seeds it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "fgds_test.h"
+#include "fgds_util.h"
+
+/* Areas this run owns: BAR [320M, 448M) of the first GPU, the second GPU's first 32M. */
+#define GPU0_BASE (320 * SZ_1M)
+#define GPU1_BASE 0
+#define SLOT (2 * SZ_1M)
+#define NR_WORKERS 4
+#define KILL_SLOT_OFF (GPU0_BASE + 8 * SLOT)
+#define KILL_LEN (4 * SZ_1M)
+#define KILL_IOS 32
+
+struct gpu {
+	struct fgds_vfio v;
+	unsigned char *bar;	/* vfio's CPU mapping */
+	char node[64];
+};
+
+static struct gpu gpus[2];
+/* Writers (the revoker) turn memory decoding off; readers touch the BAR through vfio. */
+static pthread_rwlock_t decode_lock = PTHREAD_RWLOCK_INITIALIZER;
+static volatile int stop;
+
+static struct {
+	uint64_t cycles, revocations, kills, refused, corrupt, late_writes, kill_failures;
+} fig;
+
+static void count(uint64_t *c, uint64_t n)
+{
+	__atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+struct worker {
+	int id;
+	struct gpu *g;
+	uint64_t bar_off;
+	uint64_t seed;
+	char file[256];
+	int err;
+	char what[128];
+};
+
+static void fail(struct worker *w, const char *what, int err)
+{
+	w->err = err;
+	snprintf(w->what, sizeof(w->what), "%s", what);
+	stop = 1;
+}
+
+/*
+ * An I/O that failed (EFAULT) or was cut short is expected only when a
+ * revocation ended the registration meanwhile.
+ */
+static int revoked(int node, uint64_t cookie)
+{
+	struct fgds_buffer_info info;
+
+	return !fgds_query(node, cookie, &info) && info.state == FGDS_BUFFER_REVOKED;
+}
+
+static void *worker(void *arg)
+{
+	struct worker *w = arg;
+	int node = open(w->g->node, O_RDWR | O_CLOEXEC);
+	int fd = open(w->file, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	uint64_t c;
+
+	if (node < 0 || fd < 0) {
+		fail(w, "open the node or the file", errno);
+		return NULL;
+	}
+	for (c = 0; !stop; c++) {
+		size_t len = SZ_64K << (fgds_rand(&w->seed) % 5);	/* 64K .. 1M */
+		uint64_t off = w->bar_off + (fgds_rand(&w->seed) % (SLOT / SZ_64K)) * SZ_64K;
+		uint64_t seed = ((uint64_t)w->id << 40) | c, cookie = 0;
+		unsigned char *bar = w->g->bar + off, *p = NULL;
+		int dmabuf, ret, ok = 1;
+		ssize_t n;
+
+		if (off + len > w->bar_off + SLOT)
+			off = w->bar_off + SLOT - len, bar = w->g->bar + off;
+		dmabuf = fgds_vfio_dmabuf(&w->g->v, off, len);
+		if (dmabuf < 0) {
+			fail(w, "export a dma-buf", -dmabuf);
+			break;
+		}
+		ret = fgds_reg(node, dmabuf, 0, len, &cookie);
+		if (ret && ret != -ENODEV) {
+			fail(w, "REG_BUFFER", -ret);
+			close(dmabuf);
+			break;
+		}
+		if (!ret)
+			p = fgds_map(node, cookie, len);
+		if (!ret && !p && (errno != ENODEV || !revoked(node, cookie))) {
+			fail(w, "mmap", errno);
+			break;
+		}
+		if (!p) {
+			count(&fig.refused, 1);
+			ok = 0;
+		}
+
+		if (ok) {
+			pthread_rwlock_rdlock(&decode_lock);
+			fgds_pattern_fill(bar, len, seed, 0);
+			pthread_rwlock_unlock(&decode_lock);
+			n = pwrite(fd, p, len, 0);
+			if (n != (ssize_t)len) {
+				if (!revoked(node, cookie)) {
+					fail(w, "O_DIRECT write from the mapping", n < 0 ? errno : EIO);
+					break;
+				}
+				count(&fig.refused, 1);
+				ok = 0;
+			}
+		}
+		if (ok) {
+			pthread_rwlock_rdlock(&decode_lock);
+			memset(bar, 0, len);
+			pthread_rwlock_unlock(&decode_lock);
+			n = pread(fd, p, len, 0);
+			if (n != (ssize_t)len) {
+				if (!revoked(node, cookie)) {
+					fail(w, "O_DIRECT read into the mapping", n < 0 ? errno : EIO);
+					break;
+				}
+				count(&fig.refused, 1);
+				ok = 0;
+			}
+		}
+		if (ok) {
+			size_t bad;
+
+			pthread_rwlock_rdlock(&decode_lock);
+			bad = fgds_pattern_diff(bar, len, seed, 0);
+			pthread_rwlock_unlock(&decode_lock);
+			count(&fig.corrupt, bad);
+		}
+
+		/* Tear down in a random order. */
+		switch (fgds_rand(&w->seed) % 3) {
+		case 0:
+			if (cookie && fgds_unreg(node, cookie))
+				fail(w, "UNREG_BUFFER", errno);
+			if (p)
+				munmap(p, len);
+			close(dmabuf);
+			break;
+		case 1:
+			if (p)
+				munmap(p, len);
+			close(dmabuf);
+			if (cookie && fgds_unreg(node, cookie))
+				fail(w, "UNREG_BUFFER", errno);
+			break;
+		default:
+			close(dmabuf);
+			if (cookie && fgds_unreg(node, cookie))
+				fail(w, "UNREG_BUFFER", errno);
+			if (p)
+				munmap(p, len);
+			break;
+		}
+		count(&fig.cycles, 1);
+	}
+	close(fd);
+	unlink(w->file);
+	close(node);
+	return NULL;
+}
+
+static void *revoker(void *arg)
+{
+	uint64_t seed = *(uint64_t *)arg;
+
+	while (!stop) {
+		int g = fgds_rand(&seed) % 2;
+
+		usleep(100000 + fgds_rand(&seed) % 300000);
+		pthread_rwlock_wrlock(&decode_lock);
+		if (!fgds_vfio_set_memory(&gpus[g].v, 0)) {
+			usleep(fgds_rand(&seed) % 20000);
+			if (fgds_vfio_set_memory(&gpus[g].v, 1))
+				stop = 2;
+			count(&fig.revocations, 1);
+		}
+		pthread_rwlock_unlock(&decode_lock);
+	}
+	return NULL;
+}
+
+/* Child of the killer: reads in flight into its own registration until killed. */
+static void __attribute__((noreturn)) reader(int dmabuf, int ready)
+{
+	const char *raw_path = getenv("FGDS_RAW");
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	unsigned char *p;
+	uint64_t cookie = 0;
+	int node, raw, i;
+
+	node = open(gpus[0].node, O_RDWR | O_CLOEXEC);
+	raw = raw_path ? open(raw_path, O_RDONLY | O_DIRECT | O_CLOEXEC) : -1;
+	/* A revocation may come first: then there is nothing to kill in flight. */
+	if (node < 0 || raw < 0 || fgds_reg(node, dmabuf, 0, KILL_LEN, &cookie))
+		_exit(2);
+	p = fgds_map(node, cookie, KILL_LEN);
+	if (!p || io_uring_queue_init(2 * KILL_IOS, &ring, 0))
+		_exit(3);
+	for (i = 0; i < KILL_IOS; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+
+		io_uring_prep_read(sqe, raw, p + i * (KILL_LEN / KILL_IOS), KILL_LEN / KILL_IOS,
+				   (768 + 64) * SZ_1M + i * (KILL_LEN / KILL_IOS));
+		sqe->user_data = i;
+	}
+	io_uring_submit(&ring);
+	if (write(ready, "r", 1) != 1)
+		_exit(4);
+	for (;;) {
+		struct io_uring_sqe *sqe;
+
+		if (io_uring_wait_cqe(&ring, &cqe))
+			_exit(5);
+		i = cqe->user_data;
+		io_uring_cqe_seen(&ring, cqe);
+		sqe = io_uring_get_sqe(&ring);
+		io_uring_prep_read(sqe, raw, p + i * (KILL_LEN / KILL_IOS), KILL_LEN / KILL_IOS,
+				   (768 + 64) * SZ_1M + i * (KILL_LEN / KILL_IOS));
+		sqe->user_data = i;
+		io_uring_submit(&ring);
+	}
+}
+
+static void *killer(void *arg)
+{
+	uint64_t seed = *(uint64_t *)arg ^ 0x55;
+	unsigned char *bar = gpus[0].bar + KILL_SLOT_OFF;
+
+	while (!stop) {
+		int pipefd[2], status, dmabuf;
+		uint64_t fill = 0xdead00000000ULL | fig.kills;
+		size_t bad;
+		pid_t pid;
+		char c;
+
+		dmabuf = fgds_vfio_dmabuf(&gpus[0].v, KILL_SLOT_OFF, KILL_LEN);
+		if (dmabuf < 0 || pipe2(pipefd, O_CLOEXEC)) {
+			stop = 3;
+			break;
+		}
+		pid = fork();
+		if (!pid) {
+			close(pipefd[0]);
+			reader(dmabuf, pipefd[1]);
+		}
+		close(pipefd[1]);
+		close(dmabuf);
+		if (pid < 0) {
+			close(pipefd[0]);
+			stop = 3;
+			break;
+		}
+		if (read(pipefd[0], &c, 1) != 1)
+			count(&fig.kill_failures, 1);	/* revoked before it started */
+		close(pipefd[0]);
+		usleep(fgds_rand(&seed) % 50000);
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+			count(&fig.kills, 1);
+
+		/* The child is gone, and its registration with it: no DMA may land any more. */
+		pthread_rwlock_rdlock(&decode_lock);
+		fgds_pattern_fill(bar, KILL_LEN, fill, 0);
+		pthread_rwlock_unlock(&decode_lock);
+		usleep(100000);
+		pthread_rwlock_rdlock(&decode_lock);
+		bad = fgds_pattern_diff(bar, KILL_LEN, fill, 0);
+		pthread_rwlock_unlock(&decode_lock);
+		count(&fig.late_writes, bad);
+	}
+	return NULL;
+}
+
+FIXTURE(run) {
+	int unused;
+};
+
+FIXTURE_SETUP(run)
+{
+}
+
+FIXTURE_TEARDOWN(run)
+{
+}
+
+/* Bounded by its own clock; the harness's limit only catches a hang. */
+TEST_F_TIMEOUT(run, stress, 900)
+{
+	const char *secs_env = getenv("FGDS_STRESS_SECONDS"), *seed_env = getenv("FGDS_STRESS_SEED");
+	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
+	const char *dirs[2] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
+	uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
+	double secs = secs_env ? atof(secs_env) : 40, t0;
+	struct worker w[NR_WORKERS] = {};
+	pthread_t thr[NR_WORKERS], rev, kil;
+	int reports0, reports, i;
+	long long left_bufs = 0, left_pages = 0;
+	const char *why;
+
+	if (!bdf[0] || !bdf[1] || !dirs[0] || !dirs[1] || !getenv("FGDS_RAW"))
+		SKIP(return, "not in the fgds VM (FGDS_GPU_BDF, FGDS_GPU2_BDF, ... not set)");
+	reports0 = fgds_kernel_reports();
+	ASSERT_LE(0, reports0) TH_LOG("cannot read the kernel log");
+	for (i = 0; i < 2; i++) {
+		int ret = fgds_vfio_open_bdf(&gpus[i].v, bdf[i], &why);
+
+		ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", bdf[i], why, strerror(-ret));
+		gpus[i].bar = fgds_vfio_map_bar(&gpus[i].v);
+		ASSERT_NE(NULL, gpus[i].bar);
+		ASSERT_EQ(0, fgds_node_of(bdf[i], gpus[i].node, sizeof(gpus[i].node)));
+	}
+
+	for (i = 0; i < NR_WORKERS; i++) {
+		w[i].id = i;
+		w[i].g = &gpus[i < 3 ? 0 : 1];
+		w[i].bar_off = i < 3 ? GPU0_BASE + i * SLOT : GPU1_BASE;
+		w[i].seed = seed * 0x9e3779b97f4a7c15ULL + i + 1;
+		snprintf(w[i].file, sizeof(w[i].file), "%s/stress-%d.bin", dirs[i & 1], i);
+		ASSERT_EQ(0, pthread_create(&thr[i], NULL, worker, &w[i]));
+	}
+	ASSERT_EQ(0, pthread_create(&rev, NULL, revoker, &seed));
+	ASSERT_EQ(0, pthread_create(&kil, NULL, killer, &seed));
+	t0 = fgds_now();
+	while (!stop && fgds_now() - t0 < secs)
+		usleep(100000);
+	if (!stop)
+		stop = 1;
+	for (i = 0; i < NR_WORKERS; i++)
+		pthread_join(thr[i], NULL);
+	pthread_join(rev, NULL);
+	pthread_join(kil, NULL);
+	for (i = 0; i < 2; i++) {
+		munmap(gpus[i].bar, gpus[i].v.bar_size);
+		fgds_vfio_close(&gpus[i].v);
+	}
+
+	for (i = 0; i < 2; i++) {
+		long long b, pg;
+
+		fgds_gpu_leftovers(gpus[i].node, &b, &pg);
+		ASSERT_TRUE(b >= 0 && pg >= 0) TH_LOG("no fgds fdinfo counters");
+		left_bufs += b;
+		left_pages += pg;
+	}
+	reports = fgds_kernel_reports() - reports0;
+
+	ksft_print_msg("stress: %.0f s (seed %llu): %llu cycles, %llu revocations survived, "
+		       "%llu kills survived, %llu I/O or registrations refused after a revocation\n",
+		       fgds_now() - t0, (unsigned long long)seed,
+		       (unsigned long long)fig.cycles, (unsigned long long)fig.revocations,
+		       (unsigned long long)fig.kills, (unsigned long long)fig.refused);
+	ksft_print_msg("stress: corrupted bytes %llu, bytes written after a kill %llu, "
+		       "registrations left %lld, struct pages left %lld, kernel reports %d\n",
+		       (unsigned long long)fig.corrupt, (unsigned long long)fig.late_writes,
+		       left_bufs, left_pages, reports);
+
+	for (i = 0; i < NR_WORKERS; i++) {
+		EXPECT_EQ(0, w[i].err) TH_LOG("worker %d: %s: %s", i, w[i].what, strerror(w[i].err));
+	}
+	EXPECT_EQ(1, stop) TH_LOG("the revoker (2) or the killer (3) failed");
+	EXPECT_EQ(0, fig.corrupt);
+	EXPECT_EQ(0, fig.late_writes);
+	EXPECT_EQ(0, left_bufs);
+	EXPECT_EQ(0, left_pages);
+	EXPECT_EQ(0, reports);
+	EXPECT_LT(0, fig.cycles);
+	EXPECT_LT(0, fig.revocations);
+	EXPECT_LT(0, fig.kills);
+
+	/* Nothing is left behind: the module unloads, and loads again. */
+	EXPECT_EQ(0, system("rmmod fgds"));
+	EXPECT_EQ(0, system("modprobe fgds ids=1af4:1110"));
+}
+
+TEST_HARNESS_MAIN

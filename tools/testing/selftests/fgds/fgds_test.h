@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers shared by the lifetime, stress and fuzz tests: host-memory pattern
+ * I/O, sysfs writes, the node of a GPU, fgds's fdinfo counters and the count
+ * of kernel reports in the kernel log.
+ */
+#ifndef FGDS_TEST_H
+#define FGDS_TEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/klog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgds_pattern.h"
+#include "fgds_vfio.h"
+
+#define SZ_4K 4096UL
+#define SZ_64K (64 * 1024UL)
+#define SZ_1M (1024 * 1024UL)
+
+static inline void *fgds_aligned_buf(size_t len)
+{
+	void *p = NULL;
+
+	return posix_memalign(&p, 4096, len) ? NULL : p;
+}
+
+/* Write @len bytes of stream @seed (from stream offset 0) at @off of @fd through host memory. */
+static inline int fgds_put_pattern(int fd, off_t off, size_t len, uint64_t seed)
+{
+	unsigned char *buf = fgds_aligned_buf(len);
+	ssize_t n;
+
+	if (!buf)
+		return -ENOMEM;
+	fgds_pattern_fill(buf, len, seed, 0);
+	n = pwrite(fd, buf, len, off);
+	free(buf);
+	return n == (ssize_t)len ? 0 : -EIO;
+}
+
+/* Bytes of @buf that differ from stream @seed at stream offset @pos. */
+static inline size_t fgds_pattern_diff(const void *buf, size_t len, uint64_t seed, uint64_t pos)
+{
+	const unsigned char *p = buf;
+	unsigned char chunk[4096];
+	size_t bad = 0, done, i;
+
+	for (done = 0; done < len; done += sizeof(chunk)) {
+		size_t n = len - done < sizeof(chunk) ? len - done : sizeof(chunk);
+
+		fgds_pattern_fill(chunk, n, seed, pos + done);
+		for (i = 0; i < n; i++)
+			bad += p[done + i] != chunk[i];
+	}
+	return bad;
+}
+
+/* Write @val to the sysfs file @path: 0 or -errno. */
+static inline int fgds_sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) != (ssize_t)strlen(val))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/* The fgds node serving PCI device @bdf, in @path: 0, or -ENODEV when there is none. */
+static inline int fgds_node_of(const char *bdf, char *path, size_t len)
+{
+	char link[PATH_MAX], target[PATH_MAX];
+	int i;
+
+	for (i = 0; i < 16; i++) {
+		ssize_t n;
+
+		snprintf(link, sizeof(link), "/sys/class/misc/fgds%d/device", i);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n < 0)
+			continue;
+		target[n] = 0;
+		if (!strcmp(basename(target), bdf)) {
+			snprintf(path, len, "/dev/fgds%d", i);
+			return 0;
+		}
+	}
+	return -ENODEV;
+}
+
+/* A number from fgds's fdinfo of @fd ("fgds-buffers", "fgds-gpu-chunks", ...), or -1. */
+static inline long long fgds_fdinfo_num(int fd, const char *key)
+{
+	char val[64];
+
+	fgds_fdinfo(fd, key, val, sizeof(val));
+	return val[0] ? strtoll(val, NULL, 10) : -1;
+}
+
+/*
+ * What is left on the GPU of fgds node @node: live registrations and struct
+ * pages (from fdinfo); -1 each when they cannot be read.
+ */
+static inline void fgds_gpu_leftovers(const char *node, long long *bufs, long long *pages)
+{
+	int fd = open(node, O_RDWR | O_CLOEXEC);
+
+	*bufs = *pages = -1;
+	if (fd < 0)
+		return;
+	*bufs = fgds_fdinfo_num(fd, "fgds-gpu-buffers");
+	*pages = fgds_fdinfo_num(fd, "fgds-gpu-pages");
+	close(fd);
+}
+
+/*
+ * Kernel reports in the kernel log: the lines tools/testing/fgds-vm/scan-log.sh
+ * fails a run on. Returns their number, or -1 when the log cannot be read.
+ */
+static inline int fgds_kernel_reports(void)
+{
+	static const char *const pat[] = {
+		"Oops", "BUG:", "WARNING:", "KASAN:", "UBSAN:", "general protection fault",
+		"Kernel panic", "possible circular locking", "possible recursive locking",
+		"inconsistent lock state", "suspicious RCU usage", "blocked for more than",
+		"soft lockup", "hard LOCKUP", "detected stalls", "kernel BUG at",
+		"Unable to handle", "DEBUG_LOCKS_WARN_ON", "ODEBUG:",
+	};
+	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0), n, count = 0;
+	char *buf, *line, *save;
+	size_t i;
+
+	if (len <= 0)
+		return -1;
+	buf = malloc(len + 1);
+	if (!buf)
+		return -1;
+	n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
+	if (n < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[n] = 0;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		for (i = 0; i < sizeof(pat) / sizeof(pat[0]); i++)
+			if (strstr(line, pat[i])) {
+				count++;
+				break;
+			}
+	free(buf);
+	return count;
+}
+
+static inline sigjmp_buf *fgds_jump(void)
+{
+	static sigjmp_buf jump;
+
+	return &jump;
+}
+
+static inline void fgds_on_sigbus(int sig)
+{
+	siglongjmp(*fgds_jump(), sig);
+}
+
+/* Whether a load from @p raises SIGBUS. */
+static inline int fgds_load_faults(volatile unsigned char *p)
+{
+	struct sigaction sa = { .sa_handler = fgds_on_sigbus }, old;
+	volatile int sig;
+
+	sigaction(SIGBUS, &sa, &old);
+	sig = sigsetjmp(*fgds_jump(), 1);
+	if (!sig)
+		(void)*p;
+	sigaction(SIGBUS, &old, NULL);
+	return sig == SIGBUS;
+}
+
+/* A small seeded generator (xorshift64*), so that runs are reproducible. */
+static inline uint64_t fgds_rand(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545f4914f6cdd1dULL;
+}
+
+static inline double fgds_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+#endif /* FGDS_TEST_H */
