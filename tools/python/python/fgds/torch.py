@@ -259,14 +259,21 @@ class GdsFile:
         return self.handle.stats()
 
 
-def _unique_storages(tensors):
-    seen = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        k = (str(s.device), s.data_ptr(), s.nbytes())
-        if k not in seen:
-            seen[k] = s
-    return list(seen.values())
+def _fake_load(path):
+    """The checkpoint's skeleton: tensors without data, whose storages carry
+    ``_checkpoint_offset``."""
+    torch = _torch()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.load(path, weights_only=True)
+
+
+def _checkpoint_offset(fake_tensor):
+    off = getattr(fake_tensor.untyped_storage(), "_checkpoint_offset", None)
+    if off is None:
+        raise RuntimeError("torch.load did not set _checkpoint_offset: torch >= 2.6 is needed")
+    return off
 
 
 def save_state_dict(state_dict, path, **file_kwargs):
@@ -291,14 +298,18 @@ def save_state_dict(state_dict, path, **file_kwargs):
             torch.save(state_dict, path)
     finally:
         cfg.storage_alignment = old
-    tensors = [v for v in state_dict.values() if isinstance(v, torch.Tensor)]
-    storages, offsets = [], []
-    for s in _unique_storages(tensors):
-        off = getattr(s, "_checkpoint_offset", None)
-        if off is None:
-            raise RuntimeError("torch.save did not record _checkpoint_offset: torch >= 2.6 is needed")
-        storages.append(s)
-        offsets.append(off)
+    # The offsets torch.save chose are read back from the skeleton, as in
+    # PyTorch's GDS recipe: torch.load under FakeTensorMode sets them.
+    fake_sd = _fake_load(path)
+    storages, offsets, seen = [], [], set()
+    for k, v in state_dict.items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        off = _checkpoint_offset(fake_sd[k])
+        if off not in seen:
+            seen.add(off)
+            storages.append(v.untyped_storage())
+            offsets.append(off)
     f = GdsFile(path, os.O_RDWR, **file_kwargs)
     try:
         f.register_handle()
@@ -316,20 +327,15 @@ def load_state_dict(path, device="cuda", *, return_stats=False, **file_kwargs):
     read with fgds from its ``_checkpoint_offset`` into fresh memory on
     ``device``. Views and shared storages are preserved."""
     torch = _torch()
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
-    with FakeTensorMode():
-        fake_sd = torch.load(path, weights_only=True)
+    fake_sd = _fake_load(path)
     real = {}  # checkpoint offset -> real untyped storage
     storages, offsets = [], []
     for v in fake_sd.values():
         if not isinstance(v, torch.Tensor):
             continue
         fs = v.untyped_storage()
-        off = getattr(fs, "_checkpoint_offset", None)
-        if off is None:
-            raise RuntimeError("torch.load did not set _checkpoint_offset: torch >= 2.6 is needed")
+        off = _checkpoint_offset(v)
         if off not in real:
             s = torch.empty(fs.nbytes(), dtype=torch.uint8, device=dev).untyped_storage()
             real[off] = s
@@ -347,7 +353,7 @@ def load_state_dict(path, device="cuda", *, return_stats=False, **file_kwargs):
         if not isinstance(v, torch.Tensor):
             out[k] = v
             continue
-        s = real[v.untyped_storage()._checkpoint_offset]
+        s = real[_checkpoint_offset(v)]
         t = torch.empty(0, dtype=v.dtype, device=dev)
         t.set_(s, v.storage_offset(), v.shape, v.stride())
         out[k] = t.requires_grad_(v.requires_grad) if v.is_floating_point() else t
