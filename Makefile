@@ -11,8 +11,9 @@
 # check: debug). Everything is built under build/ (ignored by git).
 
 VM := tools/testing/fgds-vm
+BENCH := tools/testing/fgds-bench
 
-.PHONY: demo check bench toolchain kernel tests host-check clean distclean
+.PHONY: demo check bench bench-host bench-report toolchain kernel tests host-check clean distclean
 
 demo:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh demo
@@ -20,9 +21,22 @@ demo:
 check:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) $(VM)/check.sh
 
-# The driver's figures, with their baselines, on the release kernel.
+# The driver's figures and the in-VM suite (every path side by side), on the
+# release kernel; rows in build/bench/vm-suite.json, plots in build/bench/plots.
 bench:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh bench
+	mkdir -p build/bench
+	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-suite.json build/bench/vm-suite.json
+	$(BENCH)/plot.py build/bench/vm-suite.json build/bench/plots
+
+# The host suite: the library's engine against fio and a pread pool.
+bench-host:
+	$(BENCH)/host-suite.sh
+
+# docs/benchmarks.md and its plots, from the suites' JSON in build/bench
+# (vm: make bench; host: make bench-host; gpu: gpu-suite.py on a GPU machine).
+bench-report:
+	$(BENCH)/report.py
 
 toolchain:
 	$(VM)/toolchain.sh

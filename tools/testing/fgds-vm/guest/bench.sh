@@ -1,4 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
-# make bench: the driver's figures (tools/testing/selftests/fgds/fgds_bench.c).
+# make bench: the driver's figures (tools/testing/selftests/fgds/fgds_bench.c),
+# then the in-VM suite (fgds_vmbench.c): every path, same NVMe, same file,
+# table on the console, rows in /fgds/out/vm-suite.json.
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
-cd /fgds/tests-bin-$FGDS_KCONFIG && ./fgds_bench "$FGDS_EXT4/bench.bin"
+cd /fgds/tests-bin-$FGDS_KCONFIG || exit 1
+./fgds_bench "$FGDS_EXT4/bench.bin"
+echo
+echo "fgds-guest: in-VM suite (NVMe -> GPU stand-in, every path)"
+./fgds_vmbench "$FGDS_EXT4/vmbench.bin" /fgds/out/vm-suite.json "$FGDS_CMB_BDF"

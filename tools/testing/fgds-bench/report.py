@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Write docs/benchmarks.md (tables, target verdicts) and its PNG plots from
+the suites' JSON documents:
+
+    report.py [--bench DIR] [--docs DIR]
+
+DIR (default build/bench; docs/benchmarks to redo the page from the kept
+inputs) holds vm-suite.json (make bench), host-suite.json
+(tools/testing/fgds-bench/host-suite.sh) and gpu-suite.json (gpu-suite.py on
+the GPU machine); a missing one is reported as not run. Plots go to
+docs/benchmarks/ (plot.py for the VM and host suites, bar charts for the GPU
+suite).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, "../../.."))
+
+
+def human(n):
+    for unit in ("", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:g}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def vm_section(doc, img):
+    rows = doc["rows"]
+    engines = [e for e in ("host", "fgds", "fgds-vec", "fgds-lib", "bounce", "p2pmem") if any(r["engine"] == e for r in rows)]
+    keys = sorted({(r["rw"], r["block_size"], r["queue_depth"]) for r in rows}, key=lambda k: (k[0], k[1], k[2]))
+    by = {(r["rw"], r["block_size"], r["queue_depth"], r["engine"]): r for r in rows}
+    tput, cpu, miss_ratio, miss_cpu = [], [], [], []
+    for k in keys:
+        t, c = [k[0], human(k[1]), k[2]], [k[0], human(k[1]), k[2]]
+        for e in engines:
+            r = by.get(k + (e,))
+            t.append("-" if r is None else f"{r['mib_per_s']:.0f} ({r['ratio_to_ceiling']:.2f})")
+            c.append("-" if r is None else f"{r['cpu_s_per_gib']:.2f}")
+        tput.append(t)
+        cpu.append(c)
+        f, b = by.get(k + ("fgds",)), by.get(k + ("bounce",))
+        if f and k[1] >= 1 << 20 and f["ratio_to_ceiling"] < 0.95:
+            miss_ratio.append(f"{k[0]} {human(k[1])} qd {k[2]}: {f['ratio_to_ceiling']:.2f}")
+        if f and b and b["cpu_s_per_gib"] > 0 and f["cpu_s_per_gib"] > b["cpu_s_per_gib"] / 3:
+            miss_cpu.append(f"{k[0]} {human(k[1])} qd {k[2]}: {f['cpu_s_per_gib']:.2f} vs bounce {b['cpu_s_per_gib']:.2f}")
+    big = [by[k + ("fgds",)]["ratio_to_ceiling"] for k in keys if k[1] >= 1 << 20 and k + ("fgds",) in by]
+    cpu_big = [by[k + ("fgds",)]["cpu_s_per_gib"] / by[k + ("bounce",)]["cpu_s_per_gib"]
+               for k in keys if k[1] >= 1 << 20 and k + ("fgds",) in by and k + ("bounce",) in by
+               and by[k + ("bounce",)]["cpu_s_per_gib"] > 0]
+    miss_cpu_big = [m for m in miss_cpu if " 4K " not in m and " 64K " not in m]
+    out = [
+        "## 1. In the VM: NVMe -> GPU stand-in, every path",
+        "",
+        "Command: `make bench` (release kernel; `tools/testing/selftests/fgds/fgds_vmbench.c`).",
+        "Same emulated NVMe, same 256 MiB file on ext4, same request sizes and queue depths for",
+        "every path. `host` is O_DIRECT into host memory (the ceiling); `fgds` O_DIRECT into an",
+        "fgds mapping of the stand-in's BAR through io_uring; `fgds-vec` READV/WRITEV of 4",
+        "segments in 4 registrations; `fgds-lib` libfgds's engine (one call of the request size,",
+        "chunked); `bounce` O_DIRECT through host memory plus a CPU copy to or from the BAR;",
+        "`p2pmem` O_DIRECT into the second NVMe's CMB (upstream p2pmem). CPU is the whole",
+        "guest's busy time (user, system, irq, softirq) per GiB moved.",
+        "",
+        "Throughput, MiB/s (ratio to `host`):",
+        "",
+        table(["rw", "request", "qd"] + engines, tput),
+        "",
+        "Guest CPU seconds per GiB:",
+        "",
+        table(["rw", "request", "qd"] + engines, cpu),
+        "",
+        f"![VM throughput vs request size]({img}/vm-throughput-vs-size.png)",
+        f"![VM ratio to ceiling]({img}/vm-ratio-to-ceiling.png)",
+        f"![VM CPU per GiB vs request size]({img}/vm-cpu-per-gib-vs-size.png)",
+        "",
+        "Targets:",
+        "",
+        f"- fgds >= 0.95 of the ceiling at 1 MiB and above: "
+        + ("met in every row" if not miss_ratio else f"missed in {len(miss_ratio)} of {len(big)} rows: " + "; ".join(miss_ratio)),
+        f"- fgds CPU per GiB <= 1/3 of the bounce path's: "
+        + ("met in every row" if not miss_cpu else f"missed in {len(miss_cpu)} of {len(keys)} rows: " + "; ".join(miss_cpu[:12]) + (" ..." if len(miss_cpu) > 12 else "")),
+        "",
+        "At 1 MiB and above fgds uses "
+        + (f"{min(cpu_big):.2f} to {max(cpu_big):.2f} of the bounce path's CPU per GiB" if cpu_big else "-")
+        + (f" (missed there: {'; '.join(miss_cpu_big)})" if miss_cpu_big else " (target met in every row)")
+        + ". At 4 KiB and 64 KiB the cost of each request (system call, interrupt, emulated",
+        "doorbells and completions under TCG) dominates every path and the copy the bounce path adds",
+        "is a small part of it, so no path is three times cheaper there; what would close it is",
+        "fewer requests per byte (larger requests), not a different data path. Single rows swing by",
+        "+-20% between runs (one emulated NVMe, TCG); the p2pmem rows are slow because QEMU emulates",
+        "the CMB's memory at some 30 MiB/s, which says nothing about real CMBs.",
+        "",
+    ]
+    return "\n".join(out), miss_ratio, miss_cpu
+
+
+def host_section(doc, img):
+    rows = doc["rows"]
+    engines = ["fgds", "fgds-batch", "fio-io_uring", "pread-pool"]
+    keys = []
+    for r in rows:
+        k = (r.get("section", ""), r["rw"], r["pattern"], r["block_size"], r["queue_depth"])
+        if k not in keys:
+            keys.append(k)
+    by = {(r.get("section", ""), r["rw"], r["pattern"], r["block_size"], r["queue_depth"], r["engine"]): r for r in rows}
+    out_rows, met = [], 0
+    for k in keys:
+        line = [k[1], k[2], human(k[3]), k[4]]
+        for e in engines:
+            r = by.get(k + (e,))
+            line.append("-" if r is None else f"{r['mib_per_s']:.0f} / {r['cpu_s_per_gib']:.2f}")
+        f, fio = by.get(k + ("fgds",)), by.get(k + ("fio-io_uring",))
+        ok = f and fio and f["mib_per_s"] >= fio["mib_per_s"] and f["cpu_s_per_gib"] < fio["cpu_s_per_gib"]
+        met += bool(ok)
+        line.append("met" if ok else "missed")
+        out_rows.append(line)
+    h = doc.get("host", {})
+    out = [
+        "## 2. On the host: the library's engine against fio and a pread pool",
+        "",
+        "Command: `tools/testing/fgds-bench/host-suite.sh` (`fgds bench --fio --baseline --batch`).",
+        f"Host: {h.get('cpu_model')} x{h.get('nr_cpus')}, kernel {h.get('kernel')}, "
+        f"{h.get('file_system')} on {h.get('device', {}).get('source')} (a virtual disk), "
+        f"{h.get('file_size', 0) >> 30} GiB file, O_DIRECT, {h.get('fio_version')}; "
+        f"load during the run {h.get('loadavg_start')} -> {h.get('loadavg_end')}.",
+        "Equal request size and equal I/Os in flight for every engine (see `fgds bench --help`).",
+        "",
+        "MiB/s / CPU s per GiB:",
+        "",
+        table(["rw", "pattern", "request", "in flight"] + engines + ["fgds >= fio, less CPU"], out_rows),
+        "",
+        f"![host throughput vs queue depth]({img}/host-throughput-vs-qd.png)",
+        f"![host CPU per GiB vs queue depth]({img}/host-cpu-per-gib-vs-qd.png)",
+        "",
+        f"Target (library >= fio's throughput with less CPU per GiB): met in {met} of {len(keys)} rows.",
+        "The misses are small random requests: the sync API keeps one request in flight per",
+        "call, so N in flight need N threads, each request paying its own io_uring_enter and",
+        "wake-up (about 1 context switch per request against fio's 0.02-0.2; `perf` shows",
+        "finish_task_switch and wake-up locking). Keeping a list of requests in flight on one",
+        "thread's ring (the engine can already do it internally) closes it; that API is not",
+        "there yet. Sequential figures on this virtual disk vary by 30-50% between rounds.",
+        "",
+    ]
+    return "\n".join(out), met, len(keys)
+
+
+def gpu_section(doc, img):
+    rows = doc["rows"]
+    h = doc.get("host", {})
+    lines = []
+    for r in rows:
+        if "error" in r:
+            lines.append([r["part"], r["engine"], "failed", "-", "-", r["error"]])
+        else:
+            ident = {True: "yes", False: "NO"}.get(r.get("identical"), "-")
+            lines.append([r["part"], r["engine"], f"{r['mib_per_s']:.0f}", f"{r['cpu_s_per_gib']:.3f}", ident, ""])
+    out = [
+        "## 3. On the GPU machine: a file into GPU memory, checkpoints, safetensors",
+        "",
+        "Command: `python3 tools/testing/fgds-bench/gpu-suite.py --json build/bench/gpu-suite.json`",
+        "(with the fgds wheel, KvikIO and safetensors wheels installed).",
+        f"Machine: {h.get('gpu')}, {h.get('cpus')} CPUs, kernel {h.get('kernel')} (gVisor), torch {h.get('torch')}; "
+        "no NVMe and no fgds module there, so fgds runs its fallback path (reads through the page",
+        "cache into pinned host buffers, copies to the GPU overlapped with I/O) and its file system keeps written files in",
+        "memory: the \"disk\" ceiling is the sandbox's file cache, not a drive.",
+        "",
+        table(["part", "engine", "MiB/s", "CPU s/GiB", "identical", "error"], lines),
+        "",
+        f"![GPU suite throughput]({img}/gpu-throughput.png)",
+        "",
+    ]
+    ok = {r["engine"]: r for r in rows if "error" not in r}
+    verdicts = []
+    for part, mine in (("file", "fgds (fallback: no fgds node)"), ("checkpoint", "fgds.torch.load_state_dict"),
+                       ("safetensors", "fgds.safetensors.load_file")):
+        if mine not in ok:
+            continue
+        m = ok[mine]["mib_per_s"]
+        peers = [r for r in rows if r["part"] == part and r["engine"] != mine and "ceiling" not in r["engine"]]
+        ahead = [f"{r['engine']} {m / r['mib_per_s']:.2f}x" for r in peers if "error" not in r]
+        failed = [r["engine"] for r in peers if "error" in r]
+        verdicts.append(f"- {part}: {mine} at {m:.0f} MiB/s; against the peers that ran: {', '.join(ahead)}"
+                        + (f"; failed here: {', '.join(failed)}" if failed else ""))
+    ceil = {k: ok[k]["mib_per_s"] for k in ok if k.startswith("ceiling")}
+    if ceil and "fgds (fallback: no fgds node)" in ok:
+        m = ok["fgds (fallback: no fgds node)"]["mib_per_s"]
+        verdicts.append("- ceilings measured in the same run: " + ", ".join(f"{k[9:]} {v:.0f} MiB/s" for k, v in ceil.items())
+                        + f". fgds's fallback reads through the page cache (as KvikIO's compat mode does), so it"
+                        f" passes the O_DIRECT figure ({m / max(ceil.get('ceiling: pread pool (host)', m), 1):.1f}x);"
+                        " against the page cache's own ceiling into host memory the limit is the pinned copy"
+                        " pipeline into the GPU. The >= 0.95-of-the-disk target can only be judged with a real"
+                        " NVMe and fgds loaded, which this machine cannot do.")
+    out += ["Verdicts:", ""] + verdicts + [""]
+    return "\n".join(out)
+
+
+def gpu_plot(doc, outdir):
+    try:
+        import matplotlib
+    except ImportError:
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if "error" not in r]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 1.5))
+    names = [f"{r['part']}: {r['engine']}" for r in rows]
+    for ax, key, label in ((axes[0], "mib_per_s", "MiB/s"), (axes[1], "cpu_s_per_gib", "CPU s / GiB")):
+        ax.barh(names, [r[key] for r in rows], color=["tab:green" if "fgds" in n else "tab:gray" for n in names])
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
+        ax.grid(axis="x", alpha=0.3)
+    axes[1].set_yticklabels([])
+    fig.suptitle("GPU machine: file / checkpoint / safetensors into GPU memory (fgds in green)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "gpu-throughput.png"), dpi=90)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=os.path.join(TOP, "build", "bench"))
+    ap.add_argument("--docs", default=os.path.join(TOP, "docs"))
+    a = ap.parse_args()
+    img_dir = os.path.join(a.docs, "benchmarks")
+    os.makedirs(img_dir, exist_ok=True)
+    docs = {n: load(os.path.join(a.bench, f"{n}-suite.json")) for n in ("vm", "host", "gpu")}
+    for n in ("vm", "host"):
+        if docs[n]:
+            subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), os.path.join(a.bench, f"{n}-suite.json"), img_dir], check=True)
+    # plot.py installs matplotlib into build/bench-venv when it is missing
+    venv_site = [p for p in __import__("glob").glob(os.path.join(TOP, "build", "bench-venv", "lib", "python3*", "site-packages"))]
+    sys.path[:0] = venv_site
+    parts = [
+        "# fgds benchmarks",
+        "",
+        "Generated by `tools/testing/fgds-bench/report.py` from the suites' JSON (`make bench-report`;",
+        "the inputs are kept next to the plots in `docs/benchmarks/*-suite.json`).",
+        "Nothing here is real P2P hardware: in the VM the NVMe and the GPU stand-in are emulated",
+        "by QEMU (TCG) and the \"VRAM\" is host RAM behind an emulated BAR, so absolute speeds mean",
+        "little; ratios to the ceiling measured in the same run, and CPU per GiB, are what carry",
+        "over. The host suite runs on this project's 2-core virtual machine; the GPU suite on a",
+        "borrowed H200 machine in a gVisor sandbox without NVMe.",
+        "",
+    ]
+    for n, fn in (("vm", vm_section), ("host", host_section), ("gpu", gpu_section)):
+        if not docs[n]:
+            parts.append(f"## {n}: not run (no {n}-suite.json in {a.bench})\n")
+            continue
+        res = fn(docs[n], "benchmarks")
+        parts.append(res[0] if isinstance(res, tuple) else res)
+        if n == "gpu":
+            gpu_plot(docs[n], img_dir)
+    # the inputs go with the page, so that it can be checked and regenerated
+    for n in ("vm", "host", "gpu"):
+        src = os.path.join(a.bench, f"{n}-suite.json")
+        if docs[n] and os.path.abspath(src) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
+            with open(os.path.join(img_dir, f"{n}-suite.json"), "w") as f:
+                json.dump(docs[n], f, indent=1)
+    with open(os.path.join(a.docs, "benchmarks.md"), "w") as f:
+        f.write("\n".join(parts))
+    print(f"report.py: wrote {os.path.join(a.docs, 'benchmarks.md')} and plots in {img_dir}")
+
+
+if __name__ == "__main__":
+    main()
