@@ -184,7 +184,7 @@ static size_t run_lib(struct ctx *c, int write, size_t bs, size_t total)
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 4096, 64 * 1024, MiB, 16 * MiB, 64 * MiB };
-	static const int qds[] = { 1, 8, 32 };
+	static const int qds[] = { 1, 8, 32, 64 };
 	const char *path = argc > 1 ? argv[1] : "/mnt/ext4/vmbench.bin";
 	const char *json_path = argc > 2 ? argv[2] : "/fgds/out/vm-suite.json";
 	const char *cmb_bdf = argc > 3 ? argv[3] : getenv("FGDS_CMB_BDF");
