@@ -19,37 +19,13 @@
 #include "kselftest_harness.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
+#include "fgds_test.h"
 #include "fgds_util.h"
-
-#define SZ_4K 4096UL
-#define SZ_64K (64 * 1024UL)
-#define SZ_1M (1024 * 1024UL)
-
-static void *aligned_buf(size_t len)
-{
-	void *p = NULL;
-
-	return posix_memalign(&p, 4096, len) ? NULL : p;
-}
-
-/* Write @len bytes of stream @seed (from stream offset 0) at @off of @fd through host memory. */
-static int put_pattern(int fd, off_t off, size_t len, uint64_t seed)
-{
-	unsigned char *buf = aligned_buf(len);
-	ssize_t n;
-
-	if (!buf)
-		return -ENOMEM;
-	fgds_pattern_fill(buf, len, seed, 0);
-	n = pwrite(fd, buf, len, off);
-	free(buf);
-	return n == (ssize_t)len ? 0 : -EIO;
-}
 
 /* Compare @len bytes at @off of @fd, read through host memory, with stream @seed. */
 static long long get_pattern_cmp(int fd, off_t off, size_t len, uint64_t seed)
 {
-	unsigned char *buf = aligned_buf(len);
+	unsigned char *buf = fgds_aligned_buf(len);
 	long long bad;
 
 	if (!buf)
@@ -143,7 +119,7 @@ TEST_F_TIMEOUT(io, pread_into_vram_sizes, 900)
 
 		if (len > 64 * SZ_1M && variant->is_dir)
 			continue;
-		ASSERT_EQ(0, put_pattern(self->file, 0, len, seed));
+		ASSERT_EQ(0, fgds_put_pattern(self->file, 0, len, seed));
 		ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, bar_off, len, &b));
 		EXPECT_EQ((ssize_t)len, pread(self->file, b.p, len, 0))
 			TH_LOG("pread %zu: %s", len, strerror(errno));
@@ -184,7 +160,7 @@ TEST_F_TIMEOUT(io, buffer_edges, 900)
 	struct fgds_buf b;
 	ssize_t n;
 
-	ASSERT_EQ(0, put_pattern(self->file, 0, 2 * SZ_1M, 0x300));
+	ASSERT_EQ(0, fgds_put_pattern(self->file, 0, 2 * SZ_1M, 0x300));
 	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, bar_off, len, &b));
 	/* move the mapping in front of a PROT_NONE guard page */
 	area = mmap(NULL, len + SZ_4K, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -221,7 +197,7 @@ TEST_F_TIMEOUT(io, vectored_across_buffers, 900)
 	const size_t skip[3] = { SZ_4K, 0, 17 * SZ_4K };
 	struct fgds_buf b[3];
 	struct iovec iov[4];
-	unsigned char *host = aligned_buf(2 * SZ_4K);
+	unsigned char *host = fgds_aligned_buf(2 * SZ_4K);
 	size_t total = 0, pos;
 
 	ASSERT_NE(NULL, host);
@@ -236,7 +212,7 @@ TEST_F_TIMEOUT(io, vectored_across_buffers, 900)
 	iov[3].iov_len = 2 * SZ_4K;
 	total += 2 * SZ_4K;
 
-	ASSERT_EQ(0, put_pattern(self->file, 0, total, 0x400));
+	ASSERT_EQ(0, fgds_put_pattern(self->file, 0, total, 0x400));
 	EXPECT_EQ((ssize_t)total, preadv(self->file, iov, 4, 0)) TH_LOG("preadv: %s", strerror(errno));
 	for (int i = 0, p = 0; i < 3; p += lens[i], i++)
 		host_check(_metadata, 0x400, offs[i] + skip[i], lens[i], p);
@@ -269,7 +245,7 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 
 	ASSERT_EQ(0, io_uring_queue_init(qd, &ring, 0));
 	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, bar_off, qd * chunk, &b));
-	ASSERT_EQ(0, put_pattern(self->file, 0, qd * chunk, 0x500));
+	ASSERT_EQ(0, fgds_put_pattern(self->file, 0, qd * chunk, 0x500));
 
 	for (op = 0; op < 2; op++) {	/* 0: READ, 1: READV (two halves) */
 		for (unsigned int i = 0; i < qd; i++) {
@@ -346,7 +322,7 @@ TEST(no_p2p_device_is_refused)
 	host_fill(_metadata, 0x700, bar_off, SZ_1M, 0);
 	dev = open(loop, O_RDWR | O_DIRECT);
 	ASSERT_LE(0, dev);
-	ASSERT_EQ(0, put_pattern(dev, 0, SZ_1M, 0x701));
+	ASSERT_EQ(0, fgds_put_pattern(dev, 0, SZ_1M, 0x701));
 	EXPECT_EQ(-1, pread(dev, b.p, SZ_1M, 0));
 	EXPECT_EQ(EREMOTEIO, errno);
 	EXPECT_EQ(-1, pwrite(dev, b.p, SZ_1M, 0));
@@ -389,7 +365,7 @@ TEST(buffered_and_tmpfs_io_copy_through_the_mapping)
 		int f = open(paths[i], O_RDWR | O_CREAT | flags[i], 0600);
 
 		ASSERT_LE(0, f) TH_LOG("%s: %s", paths[i], strerror(errno));
-		ASSERT_EQ(0, put_pattern(f, 0, len, 0x800 + i));
+		ASSERT_EQ(0, fgds_put_pattern(f, 0, len, 0x800 + i));
 		EXPECT_EQ((ssize_t)len, pread(f, b.p, len, 0)) TH_LOG("%s: %s", paths[i],
 								      strerror(errno));
 		host_check(_metadata, 0x800 + i, bar_off, len, 0);
