@@ -89,6 +89,25 @@ static int revoked(int node, uint64_t cookie)
 	return !fgds_query(node, cookie, &info) && info.state == FGDS_BUFFER_REVOKED;
 }
 
+/*
+ * The outcome of an O_DIRECT call that returned @n of @len bytes: 1 when
+ * whole, 0 when a revocation cut it (counted), -1 on a real failure (recorded).
+ */
+static int worker_io(struct worker *w, int node, uint64_t cookie, ssize_t n, size_t len,
+		     const char *what)
+{
+	int err = errno;
+
+	if (n == (ssize_t)len)
+		return 1;
+	if (!revoked(node, cookie)) {
+		fail(w, what, n < 0 ? err : EIO);
+		return -1;
+	}
+	count(&fig.refused, 1);
+	return 0;
+}
+
 static void *worker(void *arg)
 {
 	struct worker *w = arg;
@@ -106,7 +125,6 @@ static void *worker(void *arg)
 		uint64_t seed = ((uint64_t)w->id << 40) | c, cookie = 0;
 		unsigned char *bar = w->g->bar + off, *p = NULL;
 		int dmabuf, ret, ok = 1;
-		ssize_t n;
 
 		if (off + len > w->bar_off + SLOT)
 			off = w->bar_off + SLOT - len, bar = w->g->bar + off;
@@ -136,29 +154,19 @@ static void *worker(void *arg)
 			pthread_rwlock_rdlock(&decode_lock);
 			fgds_pattern_fill(bar, len, seed, 0);
 			pthread_rwlock_unlock(&decode_lock);
-			n = pwrite(fd, p, len, 0);
-			if (n != (ssize_t)len) {
-				if (!revoked(node, cookie)) {
-					fail(w, "O_DIRECT write from the mapping", n < 0 ? errno : EIO);
-					break;
-				}
-				count(&fig.refused, 1);
-				ok = 0;
-			}
+			ok = worker_io(w, node, cookie, pwrite(fd, p, len, 0), len,
+				       "O_DIRECT write from the mapping");
+			if (ok < 0)
+				break;
 		}
 		if (ok) {
 			pthread_rwlock_rdlock(&decode_lock);
 			memset(bar, 0, len);
 			pthread_rwlock_unlock(&decode_lock);
-			n = pread(fd, p, len, 0);
-			if (n != (ssize_t)len) {
-				if (!revoked(node, cookie)) {
-					fail(w, "O_DIRECT read into the mapping", n < 0 ? errno : EIO);
-					break;
-				}
-				count(&fig.refused, 1);
-				ok = 0;
-			}
+			ok = worker_io(w, node, cookie, pread(fd, p, len, 0), len,
+				       "O_DIRECT read into the mapping");
+			if (ok < 0)
+				break;
 		}
 		if (ok) {
 			size_t bad;
