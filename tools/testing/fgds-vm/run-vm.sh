@@ -74,34 +74,61 @@ append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose"
 append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg"
 
+# One boot: QEMU in the background, its pid in $qemu.
+boot() {
+	: >"$log"
+	timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
+		-M q35 -accel "$accel" -cpu max -smp 2 -m 3G \
+		-display none -vga none -nic none -monitor none -no-reboot -serial "file:$log" \
+		-kernel "$bzimage" -append "$append" \
+		-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
+		-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
+		-fsdev local,id=src,path="$FGDS_TOP",security_model=none,readonly=on \
+		-device virtio-9p-pci,fsdev=src,mount_tag=fgdssrc \
+		-fsdev local,id=out,path="$out",security_model=none \
+		-device virtio-9p-pci,fsdev=out,mount_tag=fgdsout \
+		-device pcie-root-port,id=rp1,chassis=1,slot=1 \
+		-device x3130-upstream,id=up1,bus=rp1 \
+		-device xio3130-downstream,id=dn1,bus=up1,chassis=2,slot=1 \
+		-device xio3130-downstream,id=dn2,bus=up1,chassis=3,slot=2 \
+		-device xio3130-downstream,id=dn3,bus=up1,chassis=4,slot=3 \
+		-device xio3130-downstream,id=dn4,bus=up1,chassis=5,slot=4 \
+		-drive file="$vm/nvme0.img",if=none,id=nvm0,format=raw,cache=unsafe \
+		-device nvme,serial=fgds0,drive=nvm0,bus=dn1 \
+		-object memory-backend-file,id=vram,share=on,mem-path="$vram",size=512M \
+		-device ivshmem-plain,memdev=vram,bus=dn2 \
+		-drive file="$vm/nvme1.img",if=none,id=nvm1,format=raw,cache=unsafe \
+		-device nvme,serial=fgdscmb,drive=nvm1,cmb_size_mb=64,bus=dn3 \
+		-object memory-backend-file,id=vram2,share=on,mem-path="$vram2",size=64M \
+		-device ivshmem-plain,memdev=vram2,bus=dn4 \
+		</dev/null &
+	qemu=$!
+}
+
+# The kernel reaches init in about a minute (debug kernel, TCG). A boot that
+# has not reached it in boot_s stalled before fgds ran at all: it is shown,
+# and retried once.
+boot_s=${FGDS_VM_BOOT_TIMEOUT:-600}
 log "booting ($cfg kernel, $mode, console: $log)"
 set +e
-timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
-	-M q35 -accel "$accel" -cpu max -smp 2 -m 3G \
-	-display none -vga none -nic none -monitor none -no-reboot -serial "file:$log" \
-	-kernel "$bzimage" -append "$append" \
-	-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
-	-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
-	-fsdev local,id=src,path="$FGDS_TOP",security_model=none,readonly=on \
-	-device virtio-9p-pci,fsdev=src,mount_tag=fgdssrc \
-	-fsdev local,id=out,path="$out",security_model=none \
-	-device virtio-9p-pci,fsdev=out,mount_tag=fgdsout \
-	-device pcie-root-port,id=rp1,chassis=1,slot=1 \
-	-device x3130-upstream,id=up1,bus=rp1 \
-	-device xio3130-downstream,id=dn1,bus=up1,chassis=2,slot=1 \
-	-device xio3130-downstream,id=dn2,bus=up1,chassis=3,slot=2 \
-	-device xio3130-downstream,id=dn3,bus=up1,chassis=4,slot=3 \
-	-device xio3130-downstream,id=dn4,bus=up1,chassis=5,slot=4 \
-	-drive file="$vm/nvme0.img",if=none,id=nvm0,format=raw,cache=unsafe \
-	-device nvme,serial=fgds0,drive=nvm0,bus=dn1 \
-	-object memory-backend-file,id=vram,share=on,mem-path="$vram",size=512M \
-	-device ivshmem-plain,memdev=vram,bus=dn2 \
-	-drive file="$vm/nvme1.img",if=none,id=nvm1,format=raw,cache=unsafe \
-	-device nvme,serial=fgdscmb,drive=nvm1,cmb_size_mb=64,bus=dn3 \
-	-object memory-backend-file,id=vram2,share=on,mem-path="$vram2",size=64M \
-	-device ivshmem-plain,memdev=vram2,bus=dn4 \
-	</dev/null &
-qemu=$!
+for attempt in 1 2; do
+	boot
+	waited=0
+	while kill -0 $qemu 2>/dev/null && ! grep -q '^fgds-guest: mode' "$log"; do
+		if [ $waited -ge "$boot_s" ]; then
+			log "boot $attempt stalled: no init after ${boot_s}s"
+			log "its console ended with:"
+			tail -n 40 "$log" | sed 's/^/fgds-vm: console: /' >&2
+			kill $qemu
+			wait $qemu
+			cp "$log" "$log.stalled-$attempt"
+			continue 2
+		fi
+		sleep 2
+		waited=$((waited + 2))
+	done
+	break
+done
 # Show the guest's own output (kernel lines start with a timestamp).
 tail -n +1 -F --pid=$qemu "$log" 2>/dev/null | grep --line-buffered -v '^\[ *[0-9]' &
 wait $qemu
@@ -115,7 +142,8 @@ if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 	status=1
 fi
 if ! grep -q '^fgds-guest: done' "$log"; then
-	log "the guest did not finish (see $log)"
+	log "the guest did not finish (see $log); its console ended with:"
+	tail -n 60 "$log" | sed 's/^/fgds-vm: console: /' >&2
 	status=1
 fi
 "$FGDS_VM/scan-log.sh" "$log" || status=1
