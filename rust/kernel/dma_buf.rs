@@ -217,6 +217,11 @@ impl<T: Importer> DynamicAttachment<T> {
         }
     }
 
+    /// The importer's `move_notify` callback, called with the reservation lock held.
+    ///
+    /// # Safety
+    ///
+    /// `attach` is an attachment made by [`DynamicAttachment::new`] and not yet detached.
     unsafe extern "C" fn invalidate_callback(attach: *mut bindings::dma_buf_attachment) {
         // The dma-buf core calls this for an attachment made by `new`, whose
         // `importer_priv` points to an `Inner<T>` that lives until the attachment is detached.
