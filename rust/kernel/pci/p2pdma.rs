@@ -165,6 +165,11 @@ impl<T: PageOwner> P2pPages<T> {
         (self.first_pfn as u64) << bindings::PAGE_SHIFT
     }
 
+    /// The pagemap's `folio_free` callback: a page's reference count dropped to zero.
+    ///
+    /// # Safety
+    ///
+    /// `folio` is a folio of a pagemap made by [`P2pPages::new`] and not yet removed.
     unsafe extern "C" fn folio_free(folio: *mut bindings::folio) {
         // `folio` is a P2PDMA folio of a pagemap made by `new`, whose `owner` points to
         // a live `T`: the pagemap is removed only after every page was freed, and `T` outlives
