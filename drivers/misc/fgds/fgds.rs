@@ -20,10 +20,14 @@
 //!   last DMA into the memory.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
+//! - A GPU removed from the system (the PCI bus's notification, after its driver was unbound)
+//!   loses its node first, then every registration still on it is torn down as if revoked: no
+//!   struct page of a BAR outlives the device.
 //!
 //! Lock order: mmap lock -> [`Buffer::state`]; dma-buf reservation lock -> [`Buffer::state`];
 //! dma-buf reservation lock -> [`Gpu::state`]; [`Buffer::attach`] -> reservation lock;
-//! [`FgdsFile::buffers`] is never held across any of them.
+//! [`FgdsFile::buffers`] is never held across any of them; [`Nodes::list`] -> misc device
+//! registration, and never held while registrations are torn down.
 
 use core::sync::atomic::{
     AtomicPtr,
@@ -224,8 +228,12 @@ impl Drain {
 struct GpuState {
     /// Chunks that have struct pages, by `(bar << 56) | chunk index in the BAR`.
     chunks: RBTree<u64, Arc<Chunk>>,
+    /// Registrations on the GPU, by cookie; each leaves in [`Buffer::unregister`].
+    buffers: RBTree<u64, Arc<Buffer>>,
     /// Last cookie id given out; ids are never reused.
     last_id: u64,
+    /// The GPU was removed from the system: no new registration.
+    gone: bool,
 }
 
 /// A GPU served by fgds.
@@ -259,6 +267,19 @@ fn chunk_key(bar: u32, bar_off: u64) -> u64 {
 }
 
 impl Gpu {
+    /// The GPU leaves the system: every registration on it is torn down (as if revoked) and
+    /// detached, and no new one is accepted.
+    fn remove(&self) {
+        let buffers = {
+            let mut gs = self.state.lock();
+            gs.gone = true;
+            core::mem::take(&mut gs.buffers)
+        };
+        for (_, buf) in buffers.iter() {
+            buf.unregister(true);
+        }
+    }
+
     /// Finds the BAR holding bus range `[addr, addr + len)`: `(bar, offset in the BAR)`.
     fn bar_of(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
         (0..6).find_map(|bar| {
@@ -348,13 +369,14 @@ impl Buffer {
         release_pages(&mut self.gpu.state.lock(), chunks, &pages);
     }
 
-    /// UNREG or close: tears down and detaches.
-    fn unregister(&self) {
+    /// UNREG, close or the GPU's removal (`revoked`): tears down and detaches.
+    fn unregister(&self, revoked: bool) {
         let attach = self.attach.lock().take();
         if let Some(attach) = attach {
-            self.teardown(&attach.lock(), false);
+            self.teardown(&attach.lock(), revoked);
             drop(attach);
         }
+        self.gpu.state.lock().buffers.remove(&self.cookie);
     }
 }
 
@@ -569,9 +591,9 @@ struct FgdsFile {
 #[pinned_drop]
 impl PinnedDrop for FgdsFile {
     fn drop(self: Pin<&mut Self>) {
-        let buffers = core::mem::replace(&mut *self.buffers.lock(), RBTree::new());
+        let buffers = core::mem::take(&mut *self.buffers.lock());
         for (_, buf) in buffers.iter() {
-            buf.unregister();
+            buf.unregister(false);
         }
     }
 }
@@ -617,6 +639,9 @@ impl FgdsFile {
         }
         let cookie = {
             let mut gs = self.gpu.state.lock();
+            if gs.gone {
+                return Err(ENODEV);
+            }
             gs.last_id += 1;
             gs.last_id << PAGE_SHIFT
         };
@@ -665,22 +690,34 @@ impl FgdsFile {
         buf.claim(&ext)?;
         *buf.attach.lock() = Some(attach);
 
-        let inserted = self
-            .buffers
-            .lock()
-            .try_create_and_insert(cookie, buf.clone(), GFP_KERNEL);
-        if let Err(e) = inserted {
-            buf.unregister();
-            return Err(e.into());
+        if let Err(e) = self.publish(&buf) {
+            buf.unregister(false);
+            return Err(e);
         }
         req.0.cookie = cookie;
         if let Err(e) = writer.write(&req) {
             if let Some(buf) = self.buffers.lock().remove(&cookie) {
-                buf.unregister();
+                buf.unregister(false);
             }
             return Err(e);
         }
         Ok(0)
+    }
+
+    /// Lists a new registration on its GPU, whose removal then tears it down, and on the file.
+    fn publish(&self, buf: &Arc<Buffer>) -> Result {
+        {
+            let mut gs = self.gpu.state.lock();
+            if gs.gone {
+                return Err(ENODEV);
+            }
+            gs.buffers
+                .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
+        }
+        self.buffers
+            .lock()
+            .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
+        Ok(())
     }
 
     fn unreg_buffer(&self, arg: usize) -> Result<isize> {
@@ -691,7 +728,7 @@ impl FgdsFile {
             return Err(EINVAL);
         }
         let buf = self.buffers.lock().remove(&req.0.cookie).ok_or(ENOENT)?;
-        buf.unregister();
+        buf.unregister(false);
         Ok(0)
     }
 
@@ -791,20 +828,91 @@ struct GpuNode {
     #[pin]
     misc: MiscDeviceRegistration<FgdsFile>,
     gpu: Arc<Gpu>,
+    name: &'static CStr,
 }
 
-struct FgdsModule {
-    _nodes: KVec<Pin<KBox<GpuNode>>>,
+impl GpuNode {
+    /// Whether this is the node of `pdev`.
+    fn serves(&self, pdev: &pci::Device) -> bool {
+        core::ptr::eq::<pci::Device>(&*self.gpu.pdev, pdev)
+    }
 }
 
-impl kernel::Module for FgdsModule {
-    fn init(_module: &'static ThisModule) -> Result<Self> {
-        let extra = *module_parameters::ids.value();
+/// The GPUs served, one node each. Follows the PCI bus: a GPU whose driver binds later gets a
+/// node then, a GPU removed from the system loses its node and its registrations.
+#[pin_data]
+struct Nodes {
+    #[pin]
+    list: Mutex<KVec<Pin<KBox<GpuNode>>>>,
+}
+
+impl Nodes {
+    /// Whether fgds serves `pdev`: a GPU class or listed in `ids=`, with a BAR of a chunk or more.
+    fn serves(pdev: &pci::Device) -> bool {
+        let listed = module_parameters::ids
+            .value()
+            .contains(pdev.vendor_id().as_raw(), pdev.device_id());
+        (listed || is_gpu_class(pdev)) && has_usable_bar(pdev)
+    }
+
+    /// Gives `pdev` a node, unless it has one.
+    fn add(&self, pdev: &pci::Device) -> Result {
+        let mut list = self.list.lock();
+        if list.iter().any(|n| n.serves(pdev)) {
+            return Ok(());
+        }
+        let name = NODE_NAMES
+            .iter()
+            .copied()
+            .find(|&name| !list.iter().any(|n| n.name == name))
+            .ok_or(ENOSPC)?;
+        let gpu = Arc::pin_init(
+            try_pin_init!(Gpu {
+                pdev: ARef::from(pdev),
+                state <- new_mutex!(GpuState {
+                    chunks: RBTree::new(),
+                    buffers: RBTree::new(),
+                    last_id: 0,
+                    gone: false,
+                }),
+                live_buffers: AtomicUsize::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        let parent = gpu.pdev.clone();
+        let node = KBox::try_pin_init(
+            try_pin_init!(GpuNode {
+                // The node holds `gpu`, which holds a reference to `parent`'s device, and
+                // drops the registration first.
+                // SAFETY: As just said, `parent` outlives the registration.
+                misc <- unsafe {
+                    MiscDeviceRegistration::register_with_parent(
+                        MiscDeviceOptions { name },
+                        parent.as_ref(),
+                    )
+                },
+                gpu,
+                name,
+            }),
+            GFP_KERNEL,
+        )?;
+        list.push(node, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Gives `pdev` a node, or says why it gets none.
+    fn serve(&self, pdev: &pci::Device) {
+        if let Err(e) = self.add(pdev) {
+            dev_warn!(pdev.as_ref(), "fgds: cannot serve this GPU: {:?}\n", e);
+        }
+    }
+
+    /// Gives every GPU present a node (a GPU that cannot have one is skipped, and said so).
+    fn scan(&self) -> Result {
         let mut found: KVec<ARef<pci::Device>> = KVec::new();
         let mut res: Result = Ok(());
         pci::Device::for_each(|pdev| {
-            let listed = extra.contains(pdev.vendor_id().as_raw(), pdev.device_id());
-            if (listed || is_gpu_class(pdev)) && has_usable_bar(pdev) {
+            if Self::serves(pdev) {
                 if let Err(e) = found.push(ARef::from(pdev), GFP_KERNEL) {
                     res = Err(e.into());
                     return false;
@@ -813,38 +921,49 @@ impl kernel::Module for FgdsModule {
             true
         });
         res?;
+        found.iter().for_each(|pdev| self.serve(pdev));
+        Ok(())
+    }
+}
 
-        let mut nodes = KVec::new();
-        for (pdev, name) in found.into_iter().zip(NODE_NAMES) {
-            let gpu = Arc::pin_init(
-                try_pin_init!(Gpu {
-                    pdev,
-                    state <- new_mutex!(GpuState {
-                        chunks: RBTree::new(),
-                        last_id: 0,
-                    }),
-                    live_buffers: AtomicUsize::new(0),
-                }),
-                GFP_KERNEL,
-            )?;
-            let parent = gpu.pdev.clone();
-            let node = KBox::try_pin_init(
-                try_pin_init!(GpuNode {
-                    // The node holds `gpu`, which holds a reference to `parent`'s device, and
-                    // drops the registration first.
-                    // SAFETY: As just said, `parent` outlives the registration.
-                    misc <- unsafe {
-                        MiscDeviceRegistration::register_with_parent(
-                            MiscDeviceOptions { name },
-                            parent.as_ref(),
-                        )
-                    },
-                    gpu,
-                }),
-                GFP_KERNEL,
-            )?;
-            nodes.push(node, GFP_KERNEL)?;
+impl pci::BusEvents for Nodes {
+    fn driver_bound(&self, pdev: &pci::Device) {
+        if Self::serves(pdev) {
+            self.serve(pdev);
         }
-        Ok(Self { _nodes: nodes })
+    }
+
+    fn removed(&self, pdev: &pci::Device) {
+        let node = {
+            let mut list = self.list.lock();
+            let Some(i) = list.iter().position(|n| n.serves(pdev)) else {
+                return;
+            };
+            list.remove(i)
+        };
+        if let Ok(node) = node {
+            // The node goes first (no new open), then what open files registered.
+            let gpu = node.gpu.clone();
+            drop(node);
+            gpu.remove();
+        }
+    }
+}
+
+#[pin_data]
+struct FgdsModule {
+    #[pin]
+    nodes: pci::BusNotifier<Nodes>,
+}
+
+impl kernel::InPlaceModule for FgdsModule {
+    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            nodes <- pci::BusNotifier::new(try_pin_init!(Nodes {
+                list <- new_mutex!(KVec::new()),
+            })),
+        })
+        // Registered first: a GPU that comes meanwhile is found by both, and served once.
+        .pin_chain(|m| m.nodes.events().scan())
     }
 }

@@ -16,14 +16,15 @@
  * that later versions can give them a meaning.
  *
  * Lifetime: a registration ends with FGDS_IOCTL_UNREG_BUFFER, the last close
- * of its open file (a mapping keeps the file open; exit and SIGKILL close it)
- * or the exporter's revocation. Then CPU access to its mappings raises
- * SIGBUS, new I/O on them fails with EFAULT, mmap with ENODEV, and the end
- * waits until the DMA of requests already in flight is done: UNREG, the
- * close and the exporter's revoke return only after it. Mappings are not
- * inherited across fork and cannot grow (mremap: EFAULT). A revoked
- * registration is reported by FGDS_IOCTL_QUERY_BUFFER and must still be
- * unregistered.
+ * of its open file (a mapping keeps the file open; exit and SIGKILL close
+ * it), the exporter's revocation or the GPU's removal from the system (its
+ * node then goes away; open files of it get ENODEV for new registrations).
+ * Then CPU access to its mappings raises SIGBUS, new I/O on them fails with
+ * EFAULT, mmap with ENODEV, and the end waits until the DMA of requests
+ * already in flight is done: UNREG, the close and the exporter's revoke
+ * return only after it. Mappings are not inherited across fork and cannot
+ * grow (mremap: EFAULT). A revoked registration (or one of a removed GPU) is
+ * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered.
  */
 #ifndef _UAPI_LINUX_FGDS_H
 #define _UAPI_LINUX_FGDS_H
