@@ -7,7 +7,9 @@
  * - UNREG, munmap, close of the node and close of the dma-buf with io_uring
  *   reads in flight;
  * - threads registering, mapping, doing I/O and unregistering at once, on
- *   one open file, on several, and on two GPUs' nodes.
+ *   one open file, on several, and on two GPUs' nodes;
+ * - the second GPU removed from the system (as on hot-unplug) under a mapped
+ *   registration with O_DIRECT reads in flight, then found again by a rescan.
  * Data is checked by content: the host compares the stand-in's BAR file with
  * what was written, and memory that no longer belongs to a registration is
  * refilled by the host and checked again later, so a late DMA would show.
@@ -530,6 +532,110 @@ TEST_F_TIMEOUT(lt, threads_across_files_and_nodes, 600)
 	EXPECT_EQ(0, fgds_fdinfo_num(n2, "fgds-gpu-chunks"));
 	for (i = 0; i < 2; i++)
 		close(own[i]);
+	close(n2);
+	fgds_vfio_close(&v2);
+}
+
+static void *remove_device(void *arg)
+{
+	struct unbind *u = arg;
+	char path[128];
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/remove", u->bdf);
+	u->ret = fgds_sysfs_write(path, "1");
+	return NULL;
+}
+
+/* Wait up to 30 s for @bdf to have an fgds node again, in @path. */
+static int wait_for_node(const char *bdf, char *path, size_t len)
+{
+	int i;
+
+	for (i = 0; i < 300; i++) {
+		if (!fgds_node_of(bdf, path, len))
+			return 0;
+		usleep(100000);
+	}
+	return -ENODEV;
+}
+
+/*
+ * The second GPU leaves the system, as on hot-unplug, while a registration
+ * on it is mapped and O_DIRECT reads run into it: the PCI core unbinds
+ * vfio-pci (which asks for the device back, and revokes), then fgds removes
+ * the node and ends what is left on the GPU. An open file of the old node
+ * still answers QUERY (revoked) and UNREG, refuses new registrations with
+ * ENODEV, and holds no struct page. A rescan brings the GPU back: it gets a
+ * node again once vfio-pci binds, and I/O into it works, every byte checked.
+ */
+TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
+{
+	const char *bdf2 = getenv("FGDS_GPU2_BDF"), *why;
+	struct io_loop l = { .raw = self->raw };
+	struct unbind u = { .bdf = bdf2 };
+	struct fgds_buffer_info info;
+	pthread_t io_thr, remove_thr;
+	char node2[64], path[128];
+	struct fgds_vfio v2;
+	struct pollfd pfd;
+	struct fgds_buf b;
+	uint64_t cookie;
+	int n2, efd, ret;
+
+	ASSERT_NE(NULL, bdf2) TH_LOG("FGDS_GPU2_BDF not set");
+	ASSERT_EQ(0, fgds_node_of(bdf2, node2, sizeof(node2))) TH_LOG("no fgds node for %s", bdf2);
+	n2 = open(node2, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, n2);
+	ret = fgds_vfio_open_bdf(&v2, bdf2, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", bdf2, why, strerror(-ret));
+	ASSERT_EQ(0, fgds_buf_get(n2, &v2, 0, BUF_LEN, &b));
+	efd = vfio_request_eventfd(&v2);
+	ASSERT_LE(0, efd) TH_LOG("VFIO_PCI_REQ_IRQ_INDEX: %s", strerror(-efd));
+
+	l.p = b.p;
+	ASSERT_EQ(0, pthread_create(&io_thr, NULL, io_loop, &l));
+	while (__atomic_load_n(&l.ok, __ATOMIC_ACQUIRE) < 2 && !l.err)
+		usleep(1000);
+	ASSERT_EQ(0, l.err) TH_LOG("O_DIRECT read into the mapping: %s", strerror(l.err));
+
+	ASSERT_EQ(0, pthread_create(&remove_thr, NULL, remove_device, &u));
+	pfd = (struct pollfd){ .fd = efd, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("vfio-pci never asked for the device");
+	fgds_vfio_close(&v2);
+	close(efd);
+	pthread_join(remove_thr, NULL);
+	ASSERT_EQ(0, u.ret) TH_LOG("remove: %s", strerror(-u.ret));
+	pthread_join(io_thr, NULL);
+	EXPECT_EQ(EFAULT, l.err);
+	TH_LOG("%d whole and %d short reads before the removal", l.ok, l.cut_short);
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", bdf2);
+	EXPECT_NE(0, access(path, F_OK)) TH_LOG("%s is still there", path);
+	EXPECT_NE(0, access(node2, F_OK)) TH_LOG("%s is still there", node2);
+	EXPECT_EQ(-ENODEV, fgds_node_of(bdf2, path, sizeof(path)));
+	ASSERT_EQ(0, fgds_query(n2, b.cookie, &info));
+	EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+	EXPECT_TRUE(fgds_load_faults(b.p + SZ_64K));
+	EXPECT_EQ(-ENODEV, fgds_reg(n2, b.dmabuf, 0, BUF_LEN, &cookie));
+	EXPECT_EQ(0, fgds_fdinfo_num(n2, "fgds-gpu-pages"));
+	cookie = b.cookie;
+	fgds_buf_put(n2, &b);
+	EXPECT_EQ(0, fgds_fdinfo_num(n2, "fgds-gpu-buffers"));
+	EXPECT_EQ(-ENOENT, fgds_unreg(n2, cookie));
+	close(n2);
+
+	ASSERT_EQ(0, fgds_sysfs_write("/sys/bus/pci/rescan", "1"));
+	ASSERT_EQ(0, wait_for_node(bdf2, node2, sizeof(node2)))
+		TH_LOG("%s has no fgds node after the rescan", bdf2);
+	n2 = open(node2, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, n2);
+	ret = fgds_vfio_open_bdf(&v2, bdf2, &why);
+	ASSERT_EQ(0, ret) TH_LOG("vfio %s after the rescan: %s: %s", bdf2, why, strerror(-ret));
+	ASSERT_EQ(0, fgds_buf_get(n2, &v2, 0, BUF_LEN, &b));
+	memset(b.p, 0, BUF_LEN);
+	EXPECT_EQ((ssize_t)BUF_LEN, pread(self->raw, b.p, BUF_LEN, RAW_BASE));
+	EXPECT_EQ(0, fgds_pattern_diff(b.p, BUF_LEN, 0x11fe, 0));
+	fgds_buf_put(n2, &b);
 	close(n2);
 	fgds_vfio_close(&v2);
 }
