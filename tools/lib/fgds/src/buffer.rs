@@ -469,6 +469,9 @@ impl Buffer {
     pub(crate) fn staging(&self, len: usize) -> Result<Staging> {
         if let Memory::Gpu { rt, mem, .. } = &self.mem {
             rt.make_current(mem)?;
+            if let Some(s) = pinned_cached(rt, len) {
+                return Ok(s);
+            }
             if let Ok(p) = rt.host_alloc(len) {
                 return Ok(Staging {
                     ptr: p,
@@ -513,13 +516,54 @@ pub(crate) struct Staging {
     owner: StagingOwner,
 }
 
+/// Pinned bounce buffers no request uses, kept for the next: pinning is slow, and freeing
+/// pinned memory waits for the whole GPU, which would also wait for a stream held by
+/// stream-ordered I/O ([`crate::stream`]) until that I/O is done. The cache holds at most what
+/// was in use at once.
+struct PinnedFree {
+    rt: Arc<Runtime>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: pinned host memory owned by the cache, usable from any thread.
+unsafe impl Send for PinnedFree {}
+
+fn pinned_cache() -> &'static Mutex<Vec<PinnedFree>> {
+    static CACHE: OnceLock<Mutex<Vec<PinnedFree>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// The smallest cached pinned buffer of `rt` of at least `len` bytes.
+fn pinned_cached(rt: &Arc<Runtime>, len: usize) -> Option<Staging> {
+    let mut c = pinned_cache().lock().unwrap_or_else(|p| p.into_inner());
+    let i = c
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| Arc::ptr_eq(&f.rt, rt) && f.len >= len)
+        .min_by_key(|(_, f)| f.len)
+        .map(|(i, _)| i)?;
+    let f = c.swap_remove(i);
+    Some(Staging {
+        ptr: f.ptr,
+        len: f.len,
+        owner: StagingOwner::Pinned(f.rt),
+    })
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         match &self.owner {
             // SAFETY: allocated with this layout in Buffer::staging.
             StagingOwner::Heap(l) => unsafe { std::alloc::dealloc(self.ptr, *l) },
-            // SAFETY: allocated by rt.host_alloc.
-            StagingOwner::Pinned(rt) => unsafe { rt.host_free(self.ptr) },
+            StagingOwner::Pinned(rt) => pinned_cache()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(PinnedFree {
+                    rt: rt.clone(),
+                    ptr: self.ptr,
+                    len: self.len,
+                }),
         }
     }
 }

@@ -30,6 +30,60 @@ type FnMemFree = unsafe extern "C" fn(u64) -> c_int;
 type FnDevGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type FnPrimary = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
 type FnBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+/// A host function run by a stream (`CUhostFn`).
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+type FnLaunchHostFunc = unsafe extern "C" fn(*mut c_void, HostFn, *mut c_void) -> c_int;
+type FnWaitValue32 = unsafe extern "C" fn(*mut c_void, u64, u32, c_uint) -> c_int;
+type FnStreamCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+type FnStream = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> c_int;
+type FnDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
+type FnMemsetAsync = unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> c_int;
+type FnMemset32Async = unsafe extern "C" fn(u64, c_uint, usize, *mut c_void) -> c_int;
+type FnCtxGet = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+
+/// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
+pub const STREAM_NON_BLOCKING: c_uint = 1;
+/// `CU_STREAM_WAIT_VALUE_EQ`.
+const WAIT_VALUE_EQ: c_uint = 1;
+
+/// CUDA's stream entry points (stream-ordered I/O, and the bounce path's own stream).
+struct StreamFns {
+    launch_host_func: FnLaunchHostFunc,
+    wait_value32: FnWaitValue32,
+    create: FnStreamCreate,
+    synchronize: FnStream,
+    destroy: FnStream,
+    htod_async: FnHtoDAsync,
+    dtoh_async: FnDtoHAsync,
+    memset_async: FnMemsetAsync,
+    memset32_async: FnMemset32Async,
+    ctx_get: FnCtxGet,
+}
+
+impl StreamFns {
+    unsafe fn resolve(lib: &libloading::Library, kind: Kind) -> Result<StreamFns> {
+        Ok(StreamFns {
+            launch_host_func: sym(lib, kind, "cuLaunchHostFunc")?,
+            wait_value32: sym(lib, kind, "cuStreamWaitValue32_v2")
+                .or_else(|_| sym(lib, kind, "cuStreamWaitValue32"))?,
+            create: sym(lib, kind, "cuStreamCreate")?,
+            synchronize: sym(lib, kind, "cuStreamSynchronize")?,
+            destroy: sym(lib, kind, "cuStreamDestroy_v2")?,
+            htod_async: sym(lib, kind, "cuMemcpyHtoDAsync_v2")?,
+            dtoh_async: sym(lib, kind, "cuMemcpyDtoHAsync_v2")?,
+            memset_async: sym(lib, kind, "cuMemsetD8Async")?,
+            memset32_async: sym(lib, kind, "cuMemsetD32Async")?,
+            ctx_get: sym(lib, kind, "cuCtxGetCurrent")?,
+        })
+    }
+}
+
+thread_local! {
+    /// This thread's non-blocking copy streams, by context: `(context, stream)`.
+    static COPY_STREAMS: std::cell::RefCell<Vec<(usize, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Which runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +112,7 @@ pub struct Runtime {
     mem_free: Option<FnMemFree>,
     dev_get: Option<FnDevGet>,
     primary: Option<FnPrimary>,
+    stream: Option<StreamFns>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -124,6 +179,7 @@ impl Runtime {
                     dev_get: sym(&lib, kind, "cuDeviceGet").ok(),
                     primary: sym(&lib, kind, "cuDevicePrimaryCtxRetain").ok(),
                     mem_free: sym(&lib, kind, "cuMemFree_v2").ok(),
+                    stream: StreamFns::resolve(&lib, kind).ok(),
                     _lib: lib,
                 }
             }
@@ -149,6 +205,7 @@ impl Runtime {
                     dev_get: None,
                     primary: None,
                     mem_free: sym(&lib, kind, "hipFree").ok(),
+                    stream: None,
                     _lib: lib,
                 }
             }
@@ -294,6 +351,13 @@ impl Runtime {
     /// # Safety
     /// `src..src+len` must be readable and `dst..dst+len` device memory.
     pub unsafe fn htod(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        if let (Some(f), Some(s)) = (&self.stream, self.copy_stream()) {
+            self.check(
+                "MemcpyHtoDAsync",
+                (f.htod_async)(dst, src as *const c_void, len, s),
+            )?;
+            return self.check("StreamSynchronize", (f.synchronize)(s));
+        }
         self.check("MemcpyHtoD", (self.htod)(dst, src as *const c_void, len))
     }
 
@@ -302,7 +366,181 @@ impl Runtime {
     /// # Safety
     /// `dst..dst+len` must be writable and `src..src+len` device memory.
     pub unsafe fn dtoh(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        if let (Some(f), Some(s)) = (&self.stream, self.copy_stream()) {
+            self.check(
+                "MemcpyDtoHAsync",
+                (f.dtoh_async)(dst as *mut c_void, src, len, s),
+            )?;
+            return self.check("StreamSynchronize", (f.synchronize)(s));
+        }
         self.check("MemcpyDtoH", (self.dtoh)(dst as *mut c_void, src, len))
+    }
+
+    /// This thread's non-blocking stream for the current context, made on first use.
+    ///
+    /// The bounce path copies on it rather than with the synchronous copies, which run on the
+    /// legacy default stream and so wait for every blocking stream of the context: a stream
+    /// held by stream-ordered I/O ([`crate::stream`]) would then wait for its own copies.
+    fn copy_stream(&self) -> Option<*mut c_void> {
+        let f = self.stream.as_ref()?;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: ctx is a valid out pointer.
+        if unsafe { (f.ctx_get)(&mut ctx) } != 0 || ctx.is_null() {
+            return None;
+        }
+        COPY_STREAMS.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some(&(_, s)) = c.iter().find(|(x, _)| *x == ctx as usize) {
+                return Some(s as *mut c_void);
+            }
+            let mut s: *mut c_void = std::ptr::null_mut();
+            // SAFETY: s is a valid out pointer; a context is current.
+            if unsafe { (f.create)(&mut s, STREAM_NON_BLOCKING) } != 0 {
+                return None;
+            }
+            c.push((ctx as usize, s as usize));
+            Some(s)
+        })
+    }
+
+    fn stream_fns(&self) -> Result<&StreamFns> {
+        self.stream
+            .as_ref()
+            .ok_or_else(|| unavailable(self.kind, "no stream entry points (CUDA 11.7 or later)"))
+    }
+
+    /// Enqueues `f(user)` on `stream`: it runs when the stream reaches it, and the stream goes on
+    /// when it returns. `f` must not call the runtime.
+    ///
+    /// # Safety
+    /// `stream` is a stream of the current context (null: the default stream); `user` stays
+    /// valid for `f`.
+    pub unsafe fn launch_host_func(
+        &self,
+        stream: *mut c_void,
+        f: HostFn,
+        user: *mut c_void,
+    ) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check("LaunchHostFunc", (s.launch_host_func)(stream, f, user))
+    }
+
+    /// Enqueues on `stream` a wait until the 32-bit word at `dptr` equals `value`.
+    ///
+    /// # Safety
+    /// `stream` as for [`Runtime::launch_host_func`]; `dptr` is device-visible memory that
+    /// stays valid until the stream passed the wait.
+    pub unsafe fn wait_value32(&self, stream: *mut c_void, dptr: u64, value: u32) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check(
+            "StreamWaitValue32",
+            (s.wait_value32)(stream, dptr, value, WAIT_VALUE_EQ),
+        )
+    }
+
+    /// The context current on the calling thread.
+    pub fn current_context(&self) -> Result<usize> {
+        let s = self.stream_fns()?;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: ctx is a valid out pointer.
+        self.check("CtxGetCurrent", unsafe { (s.ctx_get)(&mut ctx) })?;
+        if ctx.is_null() {
+            return Err(Error::Runtime {
+                call: "CtxGetCurrent (no current context)",
+                code: 201,
+            });
+        }
+        Ok(ctx as usize)
+    }
+
+    /// Makes `ctx` (from [`Runtime::current_context`]) current on the calling thread.
+    pub fn set_context(&self, ctx: usize) -> Result<()> {
+        let f = self
+            .set_ctx
+            .ok_or_else(|| unavailable(self.kind, "no CtxSetCurrent"))?;
+        // SAFETY: ctx came from the driver.
+        self.check("CtxSetCurrent", unsafe { f(ctx as *mut c_void) })
+    }
+
+    /// Sets the 32-bit word at `dptr` to `value` and waits for it, on this thread's
+    /// non-blocking stream (never behind other streams' work).
+    pub fn fill32_sync(&self, dptr: u64, value: u32) -> Result<()> {
+        self.fill32_sync_n(dptr, value, 1)
+    }
+
+    /// Sets `n` 32-bit words from `dptr` to `value`, as [`Runtime::fill32_sync`].
+    pub fn fill32_sync_n(&self, dptr: u64, value: u32, n: usize) -> Result<()> {
+        let f = self.stream_fns()?;
+        let s = self.copy_stream().ok_or(Error::Runtime {
+            call: "StreamCreate",
+            code: -1,
+        })?;
+        // SAFETY: the caller's device memory; s is this thread's stream of the current context.
+        unsafe {
+            self.check("MemsetD32Async", (f.memset32_async)(dptr, value, n, s))?;
+            self.check("StreamSynchronize", (f.synchronize)(s))
+        }
+    }
+
+    /// Creates a stream on the current context (`flags`: e.g. [`STREAM_NON_BLOCKING`]).
+    pub fn stream_create(&self, flags: c_uint) -> Result<*mut c_void> {
+        let s = self.stream_fns()?;
+        let mut st: *mut c_void = std::ptr::null_mut();
+        // SAFETY: st is a valid out pointer.
+        self.check("StreamCreate", unsafe { (s.create)(&mut st, flags) })?;
+        Ok(st)
+    }
+
+    /// Waits until `stream` ran everything queued on it.
+    ///
+    /// # Safety
+    /// `stream` is a stream of the current context (null: the default stream).
+    pub unsafe fn stream_synchronize(&self, stream: *mut c_void) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check("StreamSynchronize", (s.synchronize)(stream))
+    }
+
+    /// Destroys a stream from [`Runtime::stream_create`].
+    ///
+    /// # Safety
+    /// `stream` came from [`Runtime::stream_create`] and is not used afterwards.
+    pub unsafe fn stream_destroy(&self, stream: *mut c_void) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check("StreamDestroy", (s.destroy)(stream))
+    }
+
+    /// Enqueues on `stream` a fill of `len` bytes at `dst` with `value`.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is device memory; `stream` as for [`Runtime::stream_synchronize`].
+    pub unsafe fn memset_async(
+        &self,
+        dst: u64,
+        value: u8,
+        len: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check("MemsetD8Async", (s.memset_async)(dst, value, len, stream))
+    }
+
+    /// Enqueues on `stream` a copy of `len` bytes of device memory at `src` to `dst`.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is pinned host memory, writable until the stream passed the copy;
+    /// `src..src+len` device memory; `stream` as for [`Runtime::stream_synchronize`].
+    pub unsafe fn dtoh_async(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        len: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        let s = self.stream_fns()?;
+        self.check(
+            "MemcpyDtoHAsync",
+            (s.dtoh_async)(dst as *mut c_void, src, len, stream),
+        )
     }
 
     /// Allocates device memory (needs a current context: for CUDA the
