@@ -108,6 +108,23 @@ ssize_t fgds_readv(int handle, const struct fgds_io_segment *segs, int nsegs,
 ssize_t fgds_writev(int handle, const struct fgds_io_segment *segs, int nsegs,
 		    off_t file_offset);
 
+/* Stream-ordered I/O (cuFileReadAsync's model), CUDA only. Enqueues on
+ * stream (a CUstream of the calling thread's current context or of the
+ * buffer's; NULL: its default stream) a read of *size bytes at *file_offset
+ * into base + *buf_offset. The values are read when the stream reaches the
+ * request (late binding); work queued on the stream after it waits for it;
+ * its result (bytes, or a negative code) goes to *bytes_done. base must be
+ * registered. The four pointers must stay valid until *bytes_done is
+ * written (synchronise the stream). Returns 0 once enqueued, or a negative
+ * code, and then nothing was enqueued (-ENOSYS: no CUDA, or HIP memory). */
+int fgds_read_async(int handle, void *base, const size_t *size,
+		    const off_t *file_offset, const off_t *buf_offset,
+		    ssize_t *bytes_done, void *stream);
+/* The same for a write from base + *buf_offset to the file at *file_offset. */
+int fgds_write_async(int handle, void *base, const size_t *size,
+		     const off_t *file_offset, const off_t *buf_offset,
+		     ssize_t *bytes_done, void *stream);
+
 int fgds_get_stats(int handle, struct fgds_stats *out);
 /* Static description of a code (negative or positive). */
 const char *fgds_strerror(int code);

@@ -10,7 +10,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 fn pool() -> Result<&'static Mutex<Sender<Job>>> {
     static POOL: OnceLock<std::result::Result<Mutex<Sender<Job>>, String>> = OnceLock::new();
@@ -40,6 +40,22 @@ fn pool() -> Result<&'static Mutex<Sender<Job>>> {
     })
     .as_ref()
     .map_err(|e| Error::InvalidArgument(format!("cannot start I/O threads: {e}")))
+}
+
+/// Starts the I/O threads if they are not running.
+pub(crate) fn start_pool() -> Result<()> {
+    pool().map(|_| ())
+}
+
+/// Hands `job` to an I/O thread; gives it back when there is none.
+pub(crate) fn spawn_job(job: Job) -> std::result::Result<(), Job> {
+    let Ok(tx) = pool() else {
+        return Err(job);
+    };
+    tx.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send(job)
+        .map_err(|e| e.0)
 }
 
 fn spawn(job: Job) -> Result<()> {

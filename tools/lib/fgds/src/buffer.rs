@@ -397,6 +397,22 @@ impl Buffer {
         }
     }
 
+    /// The GPU runtime of GPU memory.
+    pub(crate) fn gpu_runtime(&self) -> Option<Arc<Runtime>> {
+        match &self.mem {
+            Memory::Gpu { rt, .. } => Some(rt.clone()),
+            _ => None,
+        }
+    }
+
+    /// Makes the context of GPU memory current on the calling thread (nothing for others).
+    pub(crate) fn make_current(&self) -> Result<()> {
+        match &self.mem {
+            Memory::Gpu { rt, mem, .. } => rt.make_current(mem),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether it is plain host memory (buffered I/O may target it directly).
     pub(crate) fn is_host(&self) -> bool {
         matches!(

@@ -385,6 +385,104 @@ pub extern "C" fn fgds_write(
     ret(rw(handle, Op::Write, base, size, file_offset, buf_offset))
 }
 
+/// # Safety
+/// As [`fgds_read_async`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn rw_async(
+    handle: c_int,
+    op: Op,
+    base: *mut c_void,
+    size: *const usize,
+    file_offset: *const libc::off_t,
+    buf_offset: *const libc::off_t,
+    bytes_done: *mut isize,
+    stream: *mut c_void,
+) -> Result<usize> {
+    let f = file(handle)?;
+    // The base must be registered now; the range is checked when the stream reaches the request.
+    let (b, o) = lookup(base as u64, 0)?;
+    let args = crate::stream::LateArgs {
+        size,
+        file_off: file_offset,
+        buf_off: buf_offset,
+        bytes_done,
+    };
+    // SAFETY: As fgds_read_async's contract.
+    unsafe {
+        match op {
+            Op::Read => f.read_on_stream(b, o, args, stream),
+            Op::Write => f.write_on_stream(b, o, args, stream),
+        }
+    }
+    .map(|()| 0)
+}
+
+/// Enqueues a read on a CUDA stream (`cuFileReadAsync`'s model). When `stream` reaches it,
+/// `*size` bytes at `*file_offset` are read into `base + *buf_offset` (the values are read then);
+/// work queued on `stream` after it waits for the read, whose result (bytes, or a negative code)
+/// goes to `*bytes_done`. Returns 0 once enqueued, or a negative code (nothing enqueued).
+///
+/// # Safety
+/// `stream` is a `CUstream` of the calling thread's current context or of the buffer's (NULL:
+/// its default stream). The four pointers stay valid, and the values unchanged once the stream
+/// reached the request, until `*bytes_done` is written.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_read_async(
+    handle: c_int,
+    base: *mut c_void,
+    size: *const usize,
+    file_offset: *const libc::off_t,
+    buf_offset: *const libc::off_t,
+    bytes_done: *mut isize,
+    stream: *mut c_void,
+) -> c_int {
+    // SAFETY: As this function's contract.
+    let r = unsafe {
+        rw_async(
+            handle,
+            Op::Read,
+            base,
+            size,
+            file_offset,
+            buf_offset,
+            bytes_done,
+            stream,
+        )
+    };
+    ret(r) as c_int
+}
+
+/// Enqueues a write on a CUDA stream: as [`fgds_read_async`], from `base + *buf_offset` to the
+/// file at `*file_offset`.
+///
+/// # Safety
+/// As [`fgds_read_async`].
+#[no_mangle]
+pub unsafe extern "C" fn fgds_write_async(
+    handle: c_int,
+    base: *mut c_void,
+    size: *const usize,
+    file_offset: *const libc::off_t,
+    buf_offset: *const libc::off_t,
+    bytes_done: *mut isize,
+    stream: *mut c_void,
+) -> c_int {
+    // SAFETY: As this function's contract.
+    let r = unsafe {
+        rw_async(
+            handle,
+            Op::Write,
+            base,
+            size,
+            file_offset,
+            buf_offset,
+            bytes_done,
+            stream,
+        )
+    };
+    ret(r) as c_int
+}
+
 fn resolve_segments(
     segs: *const fgds_io_segment,
     n: c_int,

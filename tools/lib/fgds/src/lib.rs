@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod file;
 pub mod gpu;
+pub mod stream;
 pub mod sys;
 
 pub use batch::{Batch, Event, IoHandle, IoParams, IoTarget, OwnedSegment, Status};
@@ -20,3 +21,4 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use file::FileHandle;
+pub use stream::LateArgs;

@@ -247,3 +247,54 @@ fn rust_api_device_absent_errors() {
     assert_eq!((devs[0].bars[1].index, devs[0].bars[1].size), (2, 16 << 30));
     assert!(devs[1].pci_address.is_none());
 }
+
+#[test]
+fn c_abi_stream_ordered_errors() {
+    let d = tmpdir();
+    let data = random_bytes(8192, 43);
+    let p = file_with(&d, "s", &data);
+    let cp = CString::new(p.to_str().unwrap()).unwrap();
+    let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDWR, 0, std::ptr::null()) };
+    assert!(h > 0, "{h}");
+    let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
+    let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!raw.is_null());
+    let base = raw as *mut libc::c_void;
+    let (size, foff, boff) = (4096usize, 0 as libc::off_t, 0 as libc::off_t);
+    let sentinel = -12345isize;
+    let mut done = sentinel;
+    let call = |h: i32, base, size: *const usize, done: *mut isize| unsafe {
+        fgds_read_async(h, base, size, &foff, &boff, done, std::ptr::null_mut())
+    };
+    // unregistered base, closed handle, missing argument pointers: refused, nothing moves
+    assert_eq!(call(h, base, &size, &mut done), -libc::EFAULT);
+    assert_eq!(unsafe { fgds_buf_register_host(base, 8192, 0) }, 0);
+    assert_eq!(call(h + 1000, base, &size, &mut done), -libc::EBADF);
+    assert_eq!(call(h, base, std::ptr::null(), &mut done), -libc::EINVAL);
+    assert!(last().contains("pointers"), "{}", last());
+    assert_eq!(call(h, base, &size, std::ptr::null_mut()), -libc::EINVAL);
+    // Without a CUDA driver there is no stream to enqueue on.
+    if fgds::gpu::Runtime::cuda().is_err() {
+        assert_eq!(call(h, base, &size, &mut done), -libc::ENOSYS);
+        assert!(last().contains("CUDA"), "{}", last());
+        let w = unsafe {
+            fgds_write_async(
+                h,
+                base,
+                &size,
+                &foff,
+                &boff,
+                &mut done,
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(w, -libc::ENOSYS);
+    }
+    assert_eq!(done, sentinel);
+    assert!(unsafe { std::slice::from_raw_parts(raw, 8192) }
+        .iter()
+        .all(|&b| b == 0));
+    assert_eq!(fgds_close(h), 0);
+    assert_eq!(fgds_buf_deregister(base), 0);
+    unsafe { std::alloc::dealloc(raw, layout) };
+}

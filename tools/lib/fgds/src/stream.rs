@@ -1,0 +1,348 @@
+//! Stream-ordered I/O: cuFile's `cuFileReadAsync`/`cuFileWriteAsync` model on a CUDA stream.
+//!
+//! [`FileHandle::read_on_stream`] enqueues two things on the caller's stream:
+//!
+//! 1. a host function (`cuLaunchHostFunc`) that hands the request to the I/O threads when the
+//!    stream reaches it: the arguments behind the [`LateArgs`] pointers are read then, not at
+//!    enqueue time (late binding);
+//! 2. a wait (`cuStreamWaitValue32`) on a word of device memory (a *gate*) that the I/O thread
+//!    opens, by writing the value the stream waits for, once the request is done and its byte
+//!    count (or negative error code) is stored.
+//!
+//! Work queued on the stream after the request therefore starts after its I/O, and the calling
+//! thread never blocks. The I/O itself is the library's ordinary path: peer to peer through fgds,
+//! or the bounce path, whose copies run on the I/O thread's own non-blocking stream so that they
+//! do not wait for the stream held at the gate. A third host function gives the gate back.
+
+use crate::buffer::Buffer;
+use crate::engine::{do_io, Op};
+use crate::error::{Error, Result};
+use crate::file::FileHandle;
+use crate::gpu::Runtime;
+use std::ffi::c_void;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+/// Gates allocated at a time.
+const GATES_PER_BLOCK: usize = 1024;
+
+/// The arguments of a stream-ordered request, read when the stream reaches it.
+///
+/// `size`, `file_off` and `buf_off` are read then; `bytes_done` gets the bytes moved (short at
+/// the end of the file) or a negative errno-style code.
+#[derive(Debug, Clone, Copy)]
+pub struct LateArgs {
+    /// Bytes to move.
+    pub size: *const usize,
+    /// Offset in the file (negative: `EINVAL`).
+    pub file_off: *const i64,
+    /// Offset in the buffer, from the base given at enqueue time (negative: `EINVAL`).
+    pub buf_off: *const i64,
+    /// The result.
+    pub bytes_done: *mut isize,
+}
+
+// SAFETY: the caller of read_on_stream/write_on_stream keeps the pointees valid and untouched
+// until the request completed; only the I/O thread that runs the request uses them.
+unsafe impl Send for LateArgs {}
+
+/// A word of device memory a stream waits on, until it holds `value`.
+///
+/// Each use waits for the next value (skipping 0), so a gate needs no reset: it is reused only
+/// after its stream passed the previous wait.
+#[derive(Clone, Copy)]
+struct Gate {
+    ctx: usize,
+    dptr: u64,
+    value: u32,
+}
+
+impl Gate {
+    /// Lets the stream go on. A runtime call: never from a host function.
+    fn open(&self, rt: &Runtime) -> Result<()> {
+        // The result and the I/O's own writes are visible before the stream goes on: the
+        // write below is a runtime call made after them, and waited for.
+        rt.set_context(self.ctx)?;
+        rt.fill32_sync(self.dptr, self.value)
+    }
+}
+
+/// Free gates of every context; their memory is kept for the process's life.
+fn gates() -> &'static Mutex<Vec<Gate>> {
+    static GATES: OnceLock<Mutex<Vec<Gate>>> = OnceLock::new();
+    GATES.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// A free gate of the current context, with its next value.
+fn take_gate(rt: &Runtime) -> Result<Gate> {
+    let ctx = rt.current_context()?;
+    let mut free = gates().lock().unwrap_or_else(|p| p.into_inner());
+    if !free.iter().any(|g| g.ctx == ctx) {
+        let block = rt.mem_alloc(GATES_PER_BLOCK * 4)?;
+        if let Err(e) = rt.fill32_sync_n(block, 0, GATES_PER_BLOCK) {
+            let _ = rt.mem_free(block);
+            return Err(e);
+        }
+        free.extend((0..GATES_PER_BLOCK as u64).map(|i| Gate {
+            ctx,
+            dptr: block + 4 * i,
+            value: 0,
+        }));
+    }
+    let i = free
+        .iter()
+        .rposition(|g| g.ctx == ctx)
+        .ok_or_else(|| Error::InvalidArgument("no stream gate left".into()))?;
+    let mut gate = free.swap_remove(i);
+    gate.value = gate.value.wrapping_add(1).max(1);
+    Ok(gate)
+}
+
+/// Whether the enqueuing thread finished setting a request up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Pending,
+    Armed,
+    Abandoned,
+}
+
+fn give_back(gate: Gate) {
+    gates().lock().unwrap_or_else(|p| p.into_inner()).push(gate);
+}
+
+/// A request handed from the stream's host function to an I/O thread.
+struct Request {
+    rt: Arc<Runtime>,
+    file: Arc<FileHandle>,
+    op: Op,
+    buffer: Arc<Buffer>,
+    base_off: usize,
+    args: LateArgs,
+    gate: Gate,
+    setup: Arc<(Mutex<Setup>, Condvar)>,
+    finished: bool,
+}
+
+impl Request {
+    fn wait_setup(&self) -> Setup {
+        let (m, cv) = &*self.setup;
+        let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+        while *g == Setup::Pending {
+            g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        *g
+    }
+
+    /// Ends the request with `result` (bytes or a negative code) and lets the stream go on;
+    /// when the enqueuing thread gave up on it, only frees its gate (no stream waits, and the
+    /// caller may have freed the arguments).
+    fn finish(&mut self, result: impl FnOnce(&Self) -> isize) -> Option<(Gate, Arc<Runtime>)> {
+        self.finished = true;
+        if self.wait_setup() == Setup::Abandoned {
+            give_back(self.gate);
+            return None;
+        }
+        let v = result(self);
+        // SAFETY: LateArgs' contract: valid until the request completed, which is now.
+        unsafe { std::ptr::write_volatile(self.args.bytes_done, v) };
+        Some((self.gate, self.rt.clone()))
+    }
+
+    fn run(mut self) {
+        let open = self.finish(|r| match r.io() {
+            Ok(n) => n as isize,
+            Err(e) => -(e.errno() as isize),
+        });
+        if let Some((gate, rt)) = open {
+            // Nothing else can let the stream go on: retry a failing runtime for a while.
+            let mut tries = 0;
+            while gate.open(&rt).is_err() && tries < 100 {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+
+    fn io(&self) -> Result<usize> {
+        // SAFETY: LateArgs' contract: the stream reached the request, the values are set.
+        let (size, file_off, buf_off) = unsafe {
+            (
+                std::ptr::read_volatile(self.args.size),
+                std::ptr::read_volatile(self.args.file_off),
+                std::ptr::read_volatile(self.args.buf_off),
+            )
+        };
+        let file_off = u64::try_from(file_off)
+            .map_err(|_| Error::InvalidArgument(format!("negative file offset {file_off}")))?;
+        let buf_off = usize::try_from(buf_off)
+            .map_err(|_| Error::InvalidArgument(format!("negative buffer offset {buf_off}")))?;
+        let off = self
+            .base_off
+            .checked_add(buf_off)
+            .ok_or(Error::OutOfBounds {
+                what: "buffer",
+                offset: buf_off as u64,
+                size: size as u64,
+                len: self.buffer.len() as u64,
+            })?;
+        do_io(&self.file, self.op, &self.buffer, off, size, file_off, None)
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Dropped unrun (no I/O thread could take it): fail it rather than hold the stream,
+            // opening the gate from a thread of its own (this may be a host function).
+            if let Some((gate, rt)) = self.finish(|_| -(libc::EAGAIN as isize)) {
+                let _ = std::thread::Builder::new().spawn(move || gate.open(&rt));
+            }
+        }
+    }
+}
+
+/// The host function: the stream reached the request.
+///
+/// # Safety
+/// `user` is a `Box<Request>` leaked by [`enqueue`], passed once.
+unsafe extern "C" fn reached(user: *mut c_void) {
+    // SAFETY: As the contract says.
+    let req = unsafe { Box::from_raw(user as *mut Request) };
+    // No runtime call here (host functions must not make any): hand over to an I/O thread.
+    // Should that fail, the dropped request fails itself and opens its gate.
+    let _ = crate::batch::spawn_job(Box::new(move || req.run()));
+}
+
+/// The host function after the wait: the stream passed the gate, which is free again.
+///
+/// # Safety
+/// `user` is a `Box<Gate>` leaked by [`enqueue`], passed once.
+unsafe extern "C" fn passed(user: *mut c_void) {
+    // SAFETY: As the contract says.
+    let gate = unsafe { Box::from_raw(user as *mut Gate) };
+    give_back(*gate);
+}
+
+/// Enqueues `op` on `stream`.
+///
+/// # Safety
+/// As [`FileHandle::read_on_stream`].
+unsafe fn enqueue(
+    file: &Arc<FileHandle>,
+    op: Op,
+    buffer: Arc<Buffer>,
+    base_off: usize,
+    args: LateArgs,
+    stream: *mut c_void,
+) -> Result<()> {
+    if args.size.is_null()
+        || args.file_off.is_null()
+        || args.buf_off.is_null()
+        || args.bytes_done.is_null()
+    {
+        return Err(Error::InvalidArgument(
+            "stream-ordered I/O needs size, file offset, buffer offset and result pointers".into(),
+        ));
+    }
+    if base_off > buffer.len() {
+        return Err(Error::OutOfBounds {
+            what: "buffer",
+            offset: base_off as u64,
+            size: 0,
+            len: buffer.len() as u64,
+        });
+    }
+    let rt = match buffer.gpu_runtime() {
+        Some(rt) => rt,
+        None => Runtime::cuda()?,
+    };
+    if rt.kind() != crate::gpu::Kind::Cuda {
+        return Err(Error::RuntimeUnavailable {
+            runtime: "HIP",
+            reason: "stream-ordered I/O is implemented for CUDA streams only".into(),
+        });
+    }
+    buffer.make_current()?;
+    // The I/O threads run before anything is enqueued: `reached` only hands over.
+    crate::batch::start_pool()?;
+    let gate = take_gate(&rt)?;
+    let setup = Arc::new((Mutex::new(Setup::Pending), Condvar::new()));
+    let req = Box::into_raw(Box::new(Request {
+        rt: rt.clone(),
+        file: file.clone(),
+        op,
+        buffer,
+        base_off,
+        args,
+        gate,
+        setup: setup.clone(),
+        finished: false,
+    }));
+    // SAFETY: the caller's stream; `req` is passed once, to `reached`.
+    if let Err(e) = unsafe { rt.launch_host_func(stream, reached, req as *mut c_void) } {
+        // Not enqueued: ours again; dropped as abandoned, it frees its gate.
+        *setup.0.lock().unwrap_or_else(|p| p.into_inner()) = Setup::Abandoned;
+        // SAFETY: `req` came from Box::into_raw above and was not handed over.
+        drop(unsafe { Box::from_raw(req) });
+        return Err(e);
+    }
+    let arm = |state| {
+        let (m, cv) = &*setup;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        cv.notify_all();
+    };
+    // SAFETY: the gate is device memory of this context, kept for the process's life.
+    if let Err(e) = unsafe { rt.wait_value32(stream, gate.dptr, gate.value) } {
+        // The host function will run; tell its request that nothing waits for it.
+        arm(Setup::Abandoned);
+        return Err(e);
+    }
+    let back = Box::into_raw(Box::new(gate));
+    // SAFETY: `back` is passed once, to `passed`.
+    if unsafe { rt.launch_host_func(stream, passed, back as *mut c_void) }.is_err() {
+        // The gate stays taken (a word of device memory lost), the request is sound.
+        // SAFETY: `back` was not handed over.
+        drop(unsafe { Box::from_raw(back) });
+    }
+    arm(Setup::Armed);
+    Ok(())
+}
+
+impl FileHandle {
+    /// Enqueues a read on a CUDA stream (`cuFileReadAsync`'s model): when `stream` reaches it,
+    /// `*args.size` bytes at `*args.file_off` are read into `buffer` at
+    /// `base_off + *args.buf_off`, and work queued on `stream` after it waits for the read,
+    /// whose result goes to `*args.bytes_done`. Returns once enqueued; an error means that
+    /// nothing was enqueued.
+    ///
+    /// # Safety
+    /// `stream` is a CUDA stream (`CUstream`) of the context current on the calling thread, or
+    /// of the buffer's context, or null for that context's default stream. The pointers in
+    /// `args` stay valid, and the values behind them unchanged once the stream reached the
+    /// request, until `*args.bytes_done` is written (synchronise the stream).
+    pub unsafe fn read_on_stream(
+        self: &Arc<Self>,
+        buffer: Arc<Buffer>,
+        base_off: usize,
+        args: LateArgs,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: As this function's contract.
+        unsafe { enqueue(self, Op::Read, buffer, base_off, args, stream) }
+    }
+
+    /// Enqueues a write on a CUDA stream: as [`FileHandle::read_on_stream`], from `buffer` at
+    /// `base_off + *args.buf_off` to the file at `*args.file_off`.
+    ///
+    /// # Safety
+    /// As [`FileHandle::read_on_stream`].
+    pub unsafe fn write_on_stream(
+        self: &Arc<Self>,
+        buffer: Arc<Buffer>,
+        base_off: usize,
+        args: LateArgs,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: As this function's contract.
+        unsafe { enqueue(self, Op::Write, buffer, base_off, args, stream) }
+    }
+}
