@@ -21,4 +21,4 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use file::FileHandle;
-pub use stream::LateArgs;
+pub use stream::{LateArgs, StreamRequest};

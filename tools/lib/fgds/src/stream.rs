@@ -19,7 +19,9 @@ use crate::engine::{do_io, Op};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::gpu::Runtime;
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Gates allocated at a time.
@@ -120,6 +122,8 @@ struct Request {
     gate: Gate,
     setup: Arc<(Mutex<Setup>, Condvar)>,
     finished: bool,
+    /// The arguments, when the library owns them ([`StreamRequest`]).
+    _owned: Option<Arc<OwnedArgs>>,
 }
 
 impl Request {
@@ -142,15 +146,22 @@ impl Request {
             return None;
         }
         let v = result(self);
-        // SAFETY: LateArgs' contract: valid until the request completed, which is now.
-        unsafe { std::ptr::write_volatile(self.args.bytes_done, v) };
+        // An atomic store: a StreamRequest may be polled meanwhile.
+        // SAFETY: LateArgs' contract: valid and aligned until the request completed, which is
+        // now; nothing else writes it.
+        unsafe { AtomicIsize::from_ptr(self.args.bytes_done).store(v, Ordering::Release) };
         Some((self.gate, self.rt.clone()))
     }
 
     fn run(mut self) {
         let open = self.finish(|r| match r.io() {
             Ok(n) => n as isize,
-            Err(e) => -(e.errno() as isize),
+            Err(e) => {
+                if let Some(o) = &r._owned {
+                    *o.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                }
+                -(e.errno() as isize)
+            }
         });
         if let Some((gate, rt)) = open {
             // Nothing else can let the stream go on: retry a failing runtime for a while.
@@ -232,6 +243,7 @@ unsafe fn enqueue(
     buffer: Arc<Buffer>,
     base_off: usize,
     args: LateArgs,
+    owned: Option<Arc<OwnedArgs>>,
     stream: *mut c_void,
 ) -> Result<()> {
     if args.size.is_null()
@@ -276,6 +288,7 @@ unsafe fn enqueue(
         gate,
         setup: setup.clone(),
         finished: false,
+        _owned: owned,
     }));
     // SAFETY: the caller's stream; `req` is passed once, to `reached`.
     if let Err(e) = unsafe { rt.launch_host_func(stream, reached, req as *mut c_void) } {
@@ -327,7 +340,7 @@ impl FileHandle {
         stream: *mut c_void,
     ) -> Result<()> {
         // SAFETY: As this function's contract.
-        unsafe { enqueue(self, Op::Read, buffer, base_off, args, stream) }
+        unsafe { enqueue(self, Op::Read, buffer, base_off, args, None, stream) }
     }
 
     /// Enqueues a write on a CUDA stream: as [`FileHandle::read_on_stream`], from `buffer` at
@@ -343,6 +356,131 @@ impl FileHandle {
         stream: *mut c_void,
     ) -> Result<()> {
         // SAFETY: As this function's contract.
-        unsafe { enqueue(self, Op::Write, buffer, base_off, args, stream) }
+        unsafe { enqueue(self, Op::Write, buffer, base_off, args, None, stream) }
+    }
+
+    /// Enqueues a read of `size` bytes at `file_off` into `buffer` at `buf_off` on a CUDA
+    /// stream: as [`FileHandle::read_on_stream`] with the arguments fixed now and kept by the
+    /// library; the [`StreamRequest`] gives the result.
+    ///
+    /// # Safety
+    /// `stream` as for [`FileHandle::read_on_stream`].
+    pub unsafe fn read_on_stream_with(
+        self: &Arc<Self>,
+        buffer: Arc<Buffer>,
+        buf_off: usize,
+        size: usize,
+        file_off: u64,
+        stream: *mut c_void,
+    ) -> Result<StreamRequest> {
+        // SAFETY: As this function's contract.
+        unsafe { StreamRequest::start(self, Op::Read, buffer, buf_off, size, file_off, stream) }
+    }
+
+    /// Enqueues a write on a CUDA stream, as [`FileHandle::read_on_stream_with`].
+    ///
+    /// # Safety
+    /// `stream` as for [`FileHandle::read_on_stream`].
+    pub unsafe fn write_on_stream_with(
+        self: &Arc<Self>,
+        buffer: Arc<Buffer>,
+        buf_off: usize,
+        size: usize,
+        file_off: u64,
+        stream: *mut c_void,
+    ) -> Result<StreamRequest> {
+        // SAFETY: As this function's contract.
+        unsafe { StreamRequest::start(self, Op::Write, buffer, buf_off, size, file_off, stream) }
+    }
+}
+
+/// Arguments the library owns, for as long as the request or a [`StreamRequest`] needs them.
+struct OwnedArgs {
+    size: UnsafeCell<usize>,
+    file_off: UnsafeCell<i64>,
+    buf_off: UnsafeCell<i64>,
+    done: AtomicIsize,
+    /// What went wrong, set before `done`.
+    error: Mutex<Option<String>>,
+}
+
+// SAFETY: the cells are written once, before the request is enqueued, and only read after;
+// `done` is atomic.
+unsafe impl Send for OwnedArgs {}
+// SAFETY: As above.
+unsafe impl Sync for OwnedArgs {}
+
+/// Not yet run: no result is negative beyond `-4095`.
+const PENDING: isize = isize::MIN;
+
+/// A stream-ordered request with library-owned arguments
+/// ([`FileHandle::read_on_stream_with`]).
+#[derive(Clone)]
+pub struct StreamRequest(Arc<OwnedArgs>);
+
+impl std::fmt::Debug for StreamRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamRequest")
+            .field("done", &self.0.done.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl StreamRequest {
+    /// # Safety
+    /// As [`FileHandle::read_on_stream`], for `stream`.
+    unsafe fn start(
+        file: &Arc<FileHandle>,
+        op: Op,
+        buffer: Arc<Buffer>,
+        buf_off: usize,
+        size: usize,
+        file_off: u64,
+        stream: *mut c_void,
+    ) -> Result<StreamRequest> {
+        // The arguments are known now: refuse a bad range before enqueueing anything.
+        buffer.check_range("buffer", buf_off as u64, size as u64)?;
+        let file_off = i64::try_from(file_off)
+            .map_err(|_| Error::InvalidArgument(format!("file offset {file_off} too large")))?;
+        let buf_off = i64::try_from(buf_off)
+            .map_err(|_| Error::InvalidArgument(format!("buffer offset {buf_off} too large")))?;
+        let owned = Arc::new(OwnedArgs {
+            size: UnsafeCell::new(size),
+            file_off: UnsafeCell::new(file_off),
+            buf_off: UnsafeCell::new(buf_off),
+            done: AtomicIsize::new(PENDING),
+            error: Mutex::new(None),
+        });
+        let args = LateArgs {
+            size: owned.size.get(),
+            file_off: owned.file_off.get(),
+            buf_off: owned.buf_off.get(),
+            bytes_done: owned.done.as_ptr(),
+        };
+        // SAFETY: the request keeps `owned`, hence the arguments, alive until it completed;
+        // `stream` as the caller promised.
+        unsafe { enqueue(file, op, buffer, 0, args, Some(owned.clone()), stream) }?;
+        Ok(StreamRequest(owned))
+    }
+
+    /// `None` until the stream ran the request, then its result (bytes, short at the end of
+    /// the file).
+    pub fn result(&self) -> Option<Result<usize>> {
+        match self.0.done.load(Ordering::Acquire) {
+            PENDING => None,
+            n if n >= 0 => Some(Ok(n as usize)),
+            e => {
+                let what = self
+                    .0
+                    .error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                Some(Err(Error::os(
+                    what.unwrap_or_else(|| "stream-ordered request".into()),
+                    (-e) as i32,
+                )))
+            }
+        }
     }
 }
