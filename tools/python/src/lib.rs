@@ -846,6 +846,36 @@ impl File {
         Self::submit_async(slf, buf, size, file_offset, buf_offset, false)
     }
 
+    /// `read_on_stream(buf, size=None, file_offset=0, buf_offset=0, stream=0) -> StreamFuture`:
+    /// a read ordered on a CUDA stream (`cuFileReadAsync`'s model). It runs when the stream
+    /// reaches it (e.g. `torch.cuda.current_stream().cuda_stream`; 0: the default stream), and
+    /// work queued on the stream afterwards sees its data. Returns at once.
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0, stream=0))]
+    fn read_on_stream(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+        stream: usize,
+    ) -> PyResult<StreamFuture> {
+        Self::on_stream(slf, buf, size, file_offset, buf_offset, stream, true)
+    }
+
+    /// `write_on_stream(buf, size=None, file_offset=0, buf_offset=0, stream=0) -> StreamFuture`:
+    /// a write ordered on a CUDA stream, as `read_on_stream`.
+    #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0, stream=0))]
+    fn write_on_stream(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+        stream: usize,
+    ) -> PyResult<StreamFuture> {
+        Self::on_stream(slf, buf, size, file_offset, buf_offset, stream, false)
+    }
+
     /// Counters of the paths the bytes took: direct_bytes, bounce_bytes,
     /// fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors,
     /// last_fallback_reason.
@@ -949,6 +979,47 @@ impl File {
         .map_err(to_py)
     }
 
+    /// The file, the buffer held for the request, and the request's size.
+    fn prepare(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        buf_offset: usize,
+        read: bool,
+    ) -> PyResult<(Arc<FileHandle>, Held, usize)> {
+        let f = slf.get().get()?;
+        let h = hold(buf, read)?;
+        let size = check_range(h.buf.len(), buf_offset, size)?;
+        Ok((f, h, size))
+    }
+
+    fn on_stream(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+        stream: usize,
+        read: bool,
+    ) -> PyResult<StreamFuture> {
+        let (f, h, size) = Self::prepare(slf, buf, size, buf_offset, read)?;
+        let s = stream as *mut c_void;
+        // SAFETY: `stream` is the caller's CUstream (or 0), as documented; a bad one makes the
+        // CUDA driver fail the call.
+        let req = unsafe {
+            if read {
+                f.read_on_stream_with(h.buf.clone(), buf_offset, size, file_offset, s)
+            } else {
+                f.write_on_stream_with(h.buf.clone(), buf_offset, size, file_offset, s)
+            }
+        }
+        .map_err(to_py)?;
+        Ok(StreamFuture {
+            req,
+            _refs: vec![h.py_buf.into_any(), slf.clone().into_any().unbind()],
+        })
+    }
+
     fn submit_async(
         slf: &Bound<'_, Self>,
         buf: &Bound<'_, PyAny>,
@@ -957,9 +1028,7 @@ impl File {
         buf_offset: usize,
         read: bool,
     ) -> PyResult<Future> {
-        let f = slf.get().get()?;
-        let h = hold(buf, read)?;
-        let size = check_range(h.buf.len(), buf_offset, size)?;
+        let (f, h, size) = Self::prepare(slf, buf, size, buf_offset, read)?;
         let io = if read {
             f.read_async(h.buf.clone(), buf_offset, size, file_offset)
         } else {
@@ -1079,6 +1148,41 @@ impl Future {
 
     fn __repr__(&self) -> String {
         format!("<fgds.Future done={}>", self.done())
+    }
+}
+
+// -------------------------------------------------------------- StreamFuture
+
+/// A read or write ordered on a CUDA stream: `done()`, `result()`. Synchronise the stream
+/// (or wait for an event recorded after it) before asking for the result. The buffer and
+/// file stay alive while this object does; keep it until the stream passed the request.
+#[pyclass(module = "fgds._fgds", frozen)]
+struct StreamFuture {
+    req: fgds::StreamRequest,
+    _refs: Vec<PyObject>,
+}
+
+#[pymethods]
+impl StreamFuture {
+    /// Whether the stream has run the request.
+    fn done(&self) -> bool {
+        self.req.result().is_some()
+    }
+
+    /// The byte count (short at the end of the file); raises FgdsError on failure, and with
+    /// EINPROGRESS when the stream has not run the request yet.
+    fn result(&self) -> PyResult<usize> {
+        match self.req.result() {
+            Some(r) => r.map_err(to_py),
+            None => Err(os_err(
+                libc::EINPROGRESS,
+                "the stream has not run the request yet: synchronise the stream first",
+            )),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<fgds.StreamFuture done={}>", self.done())
     }
 }
 
@@ -1364,6 +1468,7 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buffer>()?;
     m.add_class::<File>()?;
     m.add_class::<Future>()?;
+    m.add_class::<StreamFuture>()?;
     m.add_class::<Batch>()?;
     m.add_function(wrap_pyfunction!(list_devices, m)?)?;
     m.add_function(wrap_pyfunction!(module_loaded, m)?)?;

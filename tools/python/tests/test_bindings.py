@@ -1,6 +1,7 @@
 import errno
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -147,6 +148,31 @@ def test_cuda_buffer_without_gpu():
     with pytest.raises(fgds.FgdsError) as e:
         fgds.Buffer.from_cuda(0x7F0000000000, 4096)
     assert e.value.errno in (errno.ENOSYS, errno.EIO, errno.EINVAL)
+
+
+def test_read_on_stream_without_gpu(path):
+    # Without a CUDA driver (ENOSYS) or a current CUDA context (EIO) there is no stream to
+    # order on: refused before anything runs. With both, the read runs on the stream.
+    with open(path, "wb") as fh:
+        fh.write(data(8192))
+    buf = bytearray(4096)
+    with fgds.File(path, "r") as f:
+        with pytest.raises(fgds.FgdsError) as e:
+            f.read_on_stream(buf, 8192)
+        assert e.value.errno == errno.ERANGE
+        try:
+            fut = f.read_on_stream(buf, stream=0)
+        except fgds.FgdsError as e:
+            assert e.errno in (errno.ENOSYS, errno.EIO), e
+            assert buf == bytearray(4096)
+            return
+        for _ in range(500):
+            if fut.done():
+                break
+            time.sleep(0.01)
+        assert fut.result() == 4096
+        with open(path, "rb") as fh:
+            assert buf == fh.read(4096)
 
 
 def test_cuda_array_interface_object_without_gpu():

@@ -50,3 +50,34 @@ def test_state_dict(tmpdir_ext4, dev):
         assert torch.equal(got[k], sd[k]), k
     assert got["step"] == 3
     assert got["view"].untyped_storage().data_ptr() == got["w"].untyped_storage().data_ptr()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_read_write_on_stream_order_with_torch_work(tmpdir_ext4):
+    import fgds
+
+    n = 8 << 20
+    data = os.urandom(n)
+    src, dst = os.path.join(tmpdir_ext4, "s.bin"), os.path.join(tmpdir_ext4, "d.bin")
+    with open(src, "wb") as fh:
+        fh.write(data)
+    want = torch.frombuffer(bytearray(data), dtype=torch.uint8).cuda()
+    t = torch.empty(n + 8192, dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    with fgds.File(src, "r") as f, fgds.File(dst, "w") as g, torch.cuda.stream(s):
+        # A long kernel queue first, so that the stream has not reached the read when it is
+        # enqueued: the read must land after the fill and before the copy.
+        for _ in range(50):
+            t.fill_(0xA5)
+        r = f.read_on_stream(t, n, 0, 4096, stream=s.cuda_stream)
+        copy = t.clone()
+        w = g.write_on_stream(t, n, 0, 4096, stream=s.cuda_stream)
+        edge = f.read_on_stream(t, 4096, 0, n + 8192 - 4096, stream=s.cuda_stream)
+        s.synchronize()
+        assert r.done() and r.result() == n
+        assert w.result() == n
+        assert edge.result() == 4096
+    assert torch.equal(copy[4096 : 4096 + n], want)
+    assert bool((copy[:4096] == 0xA5).all()) and bool((copy[4096 + n :] == 0xA5).all())
+    with open(dst, "rb") as fh:
+        assert fh.read() == data

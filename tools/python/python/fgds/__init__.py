@@ -5,7 +5,8 @@ Core objects come from the Rust extension ``fgds._fgds``:
 * :class:`Buffer` -- memory registered for I/O (buffer protocol objects,
   ``__cuda_array_interface__``/DLPack GPU arrays, raw pointers, ``alloc``).
 * :class:`File` -- ``pread``/``pwrite``/``readv``/``writev``, ``read_async``/
-  ``write_async`` (-> :class:`Future`), ``stats()``.
+  ``write_async`` (-> :class:`Future`), ``read_on_stream``/``write_on_stream``
+  (ordered on a CUDA stream, -> :class:`StreamFuture`), ``stats()``.
 * :class:`Batch` -- cuFile-style batches.
 * :class:`FgdsError` -- subclass of ``OSError`` with ``errno``.
 
@@ -23,6 +24,7 @@ from ._fgds import (  # noqa: F401
     FgdsError,
     File,
     Future,
+    StreamFuture,
     list_devices,
     module_loaded,
     strerror,
@@ -34,6 +36,7 @@ __all__ = [
     "FgdsError",
     "File",
     "Future",
+    "StreamFuture",
     "list_devices",
     "module_loaded",
     "strerror",
