@@ -170,6 +170,65 @@ static int vfio_request_eventfd(struct fgds_vfio *v)
 	return req.fd;
 }
 
+/*
+ * Takes the stand-in of @v away from vfio-pci under I/O: with O_DIRECT reads
+ * running into @p (io_loop in a thread, from its second whole read on), runs
+ * @take_away(@u) in a thread (a sysfs write that unbinds or removes the
+ * device), gives the device back when vfio-pci asks for it (closing @v,
+ * which revokes its dma-bufs) and waits for both threads. Returns 0, or a
+ * negative errno with the failed step in @why; @l has the reads' counts and
+ * the error that stopped them.
+ */
+static int take_away_under_io(struct io_loop *l, unsigned char *p, struct fgds_vfio *v,
+			      void *(*take_away)(void *), struct unbind *u, const char **why)
+{
+	pthread_t io_thr, thr;
+	struct pollfd pfd;
+	int efd, ret = 0;
+	bool started;
+
+	*why = "VFIO_PCI_REQ_IRQ_INDEX";
+	efd = vfio_request_eventfd(v);
+	if (efd < 0)
+		return efd;
+	l->p = p;
+	*why = "start the reads";
+	if (pthread_create(&io_thr, NULL, io_loop, l)) {
+		close(efd);
+		return -EAGAIN;
+	}
+	while (__atomic_load_n(&l->ok, __ATOMIC_ACQUIRE) < 2 && !l->err)
+		usleep(1000);
+	if (l->err) {
+		*why = "O_DIRECT read into the mapping";
+		pthread_join(io_thr, NULL);
+		close(efd);
+		return -l->err;
+	}
+	*why = "start the sysfs write";
+	started = !pthread_create(&thr, NULL, take_away, u);
+	if (!started) {
+		ret = -EAGAIN;
+	} else {
+		pfd = (struct pollfd){ .fd = efd, .events = POLLIN };
+		if (poll(&pfd, 1, 60000) != 1) {
+			*why = "vfio-pci never asked for the device";
+			ret = -ETIMEDOUT;
+		}
+	}
+	/* The owner gives the device back: vfio-pci revokes its dma-bufs. */
+	fgds_vfio_close(v);
+	close(efd);
+	if (started)
+		pthread_join(thr, NULL);
+	pthread_join(io_thr, NULL);
+	if (!ret && u->ret) {
+		*why = "the sysfs write";
+		ret = u->ret;
+	}
+	return ret;
+}
+
 FIXTURE(lt) {
 	struct fgds_vfio v;
 	int node;
@@ -214,33 +273,15 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 	struct io_loop l = { .raw = self->raw };
 	struct unbind u = { .bdf = bdf };
 	struct fgds_buffer_info info;
-	pthread_t io_thr, unbind_thr;
-	struct pollfd pfd;
 	struct fgds_buf b;
 	char path[128];
-	int efd, ret;
+	int ret;
 
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
-	efd = vfio_request_eventfd(&self->v);
-	ASSERT_LE(0, efd) TH_LOG("VFIO_PCI_REQ_IRQ_INDEX: %s", strerror(-efd));
-
-	l.p = b.p;
-	ASSERT_EQ(0, pthread_create(&io_thr, NULL, io_loop, &l));
-	while (__atomic_load_n(&l.ok, __ATOMIC_ACQUIRE) < 2 && !l.err)
-		usleep(1000);
-	ASSERT_EQ(0, l.err) TH_LOG("O_DIRECT read into the mapping: %s", strerror(l.err));
-
-	ASSERT_EQ(0, pthread_create(&unbind_thr, NULL, unbind, &u));
-	pfd = (struct pollfd){ .fd = efd, .events = POLLIN };
-	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("vfio-pci never asked for the device");
-	/* The owner gives the device back: vfio-pci revokes its dma-bufs. */
-	fgds_vfio_close(&self->v);
-	close(efd);
-	pthread_join(unbind_thr, NULL);
-	ASSERT_EQ(0, u.ret) TH_LOG("unbind: %s", strerror(-u.ret));
-	pthread_join(io_thr, NULL);
+	ret = take_away_under_io(&l, b.p, &self->v, unbind, &u, &why);
+	ASSERT_EQ(0, ret) TH_LOG("unbind under I/O: %s: %s", why, strerror(-ret));
 	EXPECT_EQ(EFAULT, l.err);
 	TH_LOG("%d whole and %d short reads before the revocation", l.ok, l.cut_short);
 
@@ -574,13 +615,11 @@ TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
 	struct io_loop l = { .raw = self->raw };
 	struct unbind u = { .bdf = bdf2 };
 	struct fgds_buffer_info info;
-	pthread_t io_thr, remove_thr;
 	char node2[64], path[128];
 	struct fgds_vfio v2;
-	struct pollfd pfd;
 	struct fgds_buf b;
 	uint64_t cookie;
-	int n2, efd, ret;
+	int n2, ret;
 
 	ASSERT_NE(NULL, bdf2) TH_LOG("FGDS_GPU2_BDF not set");
 	ASSERT_EQ(0, fgds_node_of(bdf2, node2, sizeof(node2))) TH_LOG("no fgds node for %s", bdf2);
@@ -589,23 +628,8 @@ TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
 	ret = fgds_vfio_open_bdf(&v2, bdf2, &why);
 	ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", bdf2, why, strerror(-ret));
 	ASSERT_EQ(0, fgds_buf_get(n2, &v2, 0, BUF_LEN, &b));
-	efd = vfio_request_eventfd(&v2);
-	ASSERT_LE(0, efd) TH_LOG("VFIO_PCI_REQ_IRQ_INDEX: %s", strerror(-efd));
-
-	l.p = b.p;
-	ASSERT_EQ(0, pthread_create(&io_thr, NULL, io_loop, &l));
-	while (__atomic_load_n(&l.ok, __ATOMIC_ACQUIRE) < 2 && !l.err)
-		usleep(1000);
-	ASSERT_EQ(0, l.err) TH_LOG("O_DIRECT read into the mapping: %s", strerror(l.err));
-
-	ASSERT_EQ(0, pthread_create(&remove_thr, NULL, remove_device, &u));
-	pfd = (struct pollfd){ .fd = efd, .events = POLLIN };
-	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("vfio-pci never asked for the device");
-	fgds_vfio_close(&v2);
-	close(efd);
-	pthread_join(remove_thr, NULL);
-	ASSERT_EQ(0, u.ret) TH_LOG("remove: %s", strerror(-u.ret));
-	pthread_join(io_thr, NULL);
+	ret = take_away_under_io(&l, b.p, &v2, remove_device, &u, &why);
+	ASSERT_EQ(0, ret) TH_LOG("removal under I/O: %s: %s", why, strerror(-ret));
 	EXPECT_EQ(EFAULT, l.err);
 	TH_LOG("%d whole and %d short reads before the removal", l.ok, l.cut_short);
 
