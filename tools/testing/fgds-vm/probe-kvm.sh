@@ -27,7 +27,7 @@ timeout -k 5 60 qemu-system-x86_64 -M q35 -accel kvm -cpu host -smp 1 -m 512M \
 	-device virtio-9p-pci,fsdev=src,mount_tag=fgdssrc \
 	-fsdev local,id=out,path="$(mktemp -d)",security_model=none \
 	-device virtio-9p-pci,fsdev=out,mount_tag=fgdsout </dev/null >/dev/null 2>&1
-if grep -q 'fgds-guest: probe ok' "$log"; then res=ok; else res=fail; fi
+if grep -qa 'fgds-guest: probe ok' "$log"; then res=ok; else res=fail; fi
 rm -f "$log"
 echo "$key $res" >"$cache"
 [ $res = ok ]
