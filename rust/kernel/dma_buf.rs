@@ -65,6 +65,15 @@ impl DmaBuf {
     ///
     /// Fails with `EBADF` when `fd` is not an open file and `EINVAL` when the file is not a
     /// dma-buf.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::dma_buf::DmaBuf;
+    ///
+    /// assert_eq!(DmaBuf::get(-1).err(), Some(EBADF));
+    /// assert_eq!(DmaBuf::get(i32::MAX).err(), Some(EBADF));
+    /// ```
     pub fn get(fd: i32) -> Result<ARef<Self>> {
         // SAFETY: `dma_buf_get()` accepts any integer.
         let ptr = from_err_ptr(unsafe { bindings::dma_buf_get(fd) })?;
