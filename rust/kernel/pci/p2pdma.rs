@@ -32,6 +32,40 @@ pub trait PageOwner: Send + Sync + Sized {
 
 /// P2PDMA pages over `[offset, offset + size)` of a BAR.
 ///
+/// # Examples
+///
+/// Ranges are made of whole memory hotplug subsections:
+///
+/// ```
+/// use kernel::{
+///     pci::{
+///         self,
+///         p2pdma::{P2pPages, PageOwner},
+///     },
+///     sync::{aref::ARef, Arc},
+/// };
+///
+/// struct Nobody;
+///
+/// impl PageOwner for Nobody {
+///     fn page_free(&self, _index: usize) {}
+/// }
+///
+/// let mut first: Option<ARef<pci::Device>> = None;
+/// pci::Device::for_each(|pdev| {
+///     first = Some(ARef::from(pdev));
+///     false
+/// });
+/// if let Some(pdev) = first {
+///     let owner = Arc::new(Nobody, GFP_KERNEL)?;
+///     let align = P2pPages::<Nobody>::ALIGN;
+///     assert_eq!(P2pPages::new(&pdev, 0, 4096, align, owner.clone()).err(), Some(EINVAL));
+///     assert_eq!(P2pPages::new(&pdev, 0, 0, 4096, owner.clone()).err(), Some(EINVAL));
+///     assert_eq!(P2pPages::new(&pdev, 0, 0, 0, owner).err(), Some(EINVAL));
+/// }
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// `pgmap` was returned by `pci_p2pdma_memremap()` with `owner` pointing to `owner`'s data and
