@@ -488,14 +488,14 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 	double secs = secs_env ? atof(secs_env) : 40, t0;
 	uint64_t iters = iters_env ? strtoull(iters_env, NULL, 0) : ~0ULL, it, bad = 0;
 	long long left_bufs = 0, left_pages = 0;
-	int reports0, reports, i, op, err, fd;
+	int mark, reports, i, op, err, fd;
 	struct udmabuf_create uc = { 0 };
 	char line[1024];
 
 	if (!bdf[0] || !bdf[1] || !raw)
 		SKIP(return, "not in the fgds VM (FGDS_GPU_BDF, FGDS_GPU2_BDF, FGDS_RAW not set)");
-	reports0 = fgds_kernel_reports();
-	ASSERT_LE(0, reports0);
+	mark = fgds_klog_mark();
+	ASSERT_LE(0, mark) TH_LOG("/dev/kmsg: %s", strerror(-mark));
 	memset(&S, 0xff, offsetof(typeof(S), buf_len));
 	S.seed = seed * 0x9e3779b97f4a7c15ULL + 1;
 	for (i = 0; i < NR_REGS; i++)
@@ -564,7 +564,7 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 		left_bufs += b;
 		left_pages += pg;
 	}
-	reports = fgds_kernel_reports() - reports0;
+	reports = fgds_kernel_reports_since(mark);
 
 	ksft_print_msg("fuzz: seed %llu, %llu iterations in %.0f s (reproduce: FGDS_FUZZ_SEED=%llu "
 		       "FGDS_FUZZ_ITERS=%llu)\n", (unsigned long long)seed,

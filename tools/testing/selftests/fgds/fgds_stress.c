@@ -345,14 +345,14 @@ TEST_F_TIMEOUT(run, stress, 900)
 	double secs = secs_env ? atof(secs_env) : 40, t0;
 	struct worker w[NR_WORKERS] = {};
 	pthread_t thr[NR_WORKERS], rev, kil;
-	int reports0, reports, i;
+	int mark, reports, i;
 	long long left_bufs = 0, left_pages = 0;
 	const char *why;
 
 	if (!bdf[0] || !bdf[1] || !dirs[0] || !dirs[1] || !getenv("FGDS_RAW"))
 		SKIP(return, "not in the fgds VM (FGDS_GPU_BDF, FGDS_GPU2_BDF, ... not set)");
-	reports0 = fgds_kernel_reports();
-	ASSERT_LE(0, reports0) TH_LOG("cannot read the kernel log");
+	mark = fgds_klog_mark();
+	ASSERT_LE(0, mark) TH_LOG("/dev/kmsg: %s", strerror(-mark));
 	for (i = 0; i < 2; i++) {
 		int ret = fgds_vfio_open_bdf(&gpus[i].v, bdf[i], &why);
 
@@ -394,7 +394,7 @@ TEST_F_TIMEOUT(run, stress, 900)
 		left_bufs += b;
 		left_pages += pg;
 	}
-	reports = fgds_kernel_reports() - reports0;
+	reports = fgds_kernel_reports_since(mark);
 
 	ksft_print_msg("stress: %.0f s (seed %llu): %llu cycles, %llu revocations survived, "
 		       "%llu kills survived, %llu I/O or registrations refused after a revocation\n",

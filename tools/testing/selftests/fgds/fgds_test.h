@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/klog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,11 +124,30 @@ static inline void fgds_gpu_leftovers(const char *node, long long *bufs, long lo
 	close(fd);
 }
 
+/* A mark in the kernel log: /dev/kmsg opened at its end (an fd), or -errno. */
+static inline int fgds_klog_mark(void)
+{
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (lseek(fd, 0, SEEK_END) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 /*
- * Kernel reports in the kernel log: the lines tools/testing/fgds-vm/scan-log.sh
- * fails a run on. Returns their number, or -1 when the log cannot be read.
+ * Kernel reports logged since @mark (from fgds_klog_mark(), which this
+ * closes): the lines tools/testing/fgds-vm/scan-log.sh fails a run on.
+ * Returns their number, or -1 when the log cannot be read. Records the ring
+ * buffer dropped before they were read are not seen here (the host's scan of
+ * the console sees them).
  */
-static inline int fgds_kernel_reports(void)
+static inline int fgds_kernel_reports_since(int mark)
 {
 	static const char *const pat[] = {
 		"Oops", "BUG:", "WARNING:", "KASAN:", "UBSAN:", "general protection fault",
@@ -138,28 +156,31 @@ static inline int fgds_kernel_reports(void)
 		"soft lockup", "hard LOCKUP", "detected stalls", "kernel BUG at",
 		"Unable to handle", "DEBUG_LOCKS_WARN_ON", "ODEBUG:",
 	};
-	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0), n, count = 0;
-	char *buf, *line, *save;
+	char rec[8192];
+	int count = 0;
+	ssize_t n;
 	size_t i;
 
-	if (len <= 0)
+	if (mark < 0)
 		return -1;
-	buf = malloc(len + 1);
-	if (!buf)
-		return -1;
-	n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len);
-	if (n < 0) {
-		free(buf);
-		return -1;
-	}
-	buf[n] = 0;
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+	for (;;) {
+		n = read(mark, rec, sizeof(rec) - 1);
+		if (n < 0 && errno == EPIPE)
+			continue;	/* records overwritten before we read them */
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		rec[n] = 0;
 		for (i = 0; i < sizeof(pat) / sizeof(pat[0]); i++)
-			if (strstr(line, pat[i])) {
+			if (strstr(rec, pat[i])) {
 				count++;
 				break;
 			}
-	free(buf);
+	}
+	if (n < 0 && errno != EAGAIN)
+		count = -1;
+	close(mark);
 	return count;
 }
 
