@@ -34,6 +34,9 @@ out=$FGDS_BUILD/vm-$FGDS_KCONFIG/out
 	else echo "not ok 3 vm: no selftest program ran"; fi
 } >"$results/vm.tap"
 cp "$out"/tap/*.tap "$results/" 2>/dev/null
+python3 "$FGDS_VM/kunit-tap.py" "$FGDS_BUILD/vm-$FGDS_KCONFIG/console.log" \
+	"$FGDS_ROOT/fgds/kbuild-$FGDS_KCONFIG/.config" >"$results/kunit.tap"
+cat "$results/kunit.tap"
 
 python3 "$FGDS_VM/tap-summary.py" "$results"/*.tap
 rc=$?

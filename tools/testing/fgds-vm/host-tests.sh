@@ -80,6 +80,27 @@ for r in 'BUG: KASAN: slab-use-after-free in foo' 'WARNING: CPU: 0 PID: 1 at mm/
 	printf '[    2.000000] %s\n' "$r" >"$tmp/bad.log"
 	check "scan-log fails on '${r%% *}...'" sh -c "! '$FGDS_VM/scan-log.sh' '$tmp/bad.log' 2>/dev/null"
 done
+# A report whose trace runs in an upstream kernel-crate doctest is listed, not
+# failed on; one in a doctest of fgds's abstractions fails the run.
+printf '[    3.000000] %s\n' '------------[ cut here ]------------' \
+	'WARNING: lib/debugobjects.c:672 at debug_object_is_on_stack+0x8f/0xa0' \
+	' rust_doctest_kernel_time_hrtimer_rs_1+0x44/0xa8' \
+	'---[ end trace 0000000000000000 ]---' >"$tmp/up.log"
+check "scan-log passes a report of an upstream doctest" \
+	sh -c "'$FGDS_VM/scan-log.sh' '$tmp/up.log' 2>/dev/null"
+sed 's/time_hrtimer_rs_1/pci_p2pdma_rs_0/' "$tmp/up.log" >"$tmp/ours.log"
+check "scan-log fails on a report of an fgds doctest" \
+	sh -c "! '$FGDS_VM/scan-log.sh' '$tmp/ours.log' 2>/dev/null"
+printf '[    5.000000]     %s\n' 'ok 1 rust_doctest_kernel_pci_notifier_rs_0' \
+	'not ok 2 rust_doctest_kernel_sync_rs_0' >"$tmp/k.log"
+printf '[    6.000000] ok 1 rust_doctests_kernel\n' >>"$tmp/k.log"
+echo CONFIG_RUST_KERNEL_DOCTESTS=y >"$tmp/k.config"
+check "kunit-tap passes fgds's doctests and names a failed upstream one" \
+	sh -c "python3 '$FGDS_VM/kunit-tap.py' '$tmp/k.log' '$tmp/k.config' >'$tmp/k.tap' &&
+		grep -q '^ok 1 kunit: rust_doctest_kernel_pci_notifier_rs_0' '$tmp/k.tap' &&
+		grep -q '^not ok 2 .*1 failed: rust_doctest_kernel_sync_rs_0' '$tmp/k.tap'"
+check "kunit-tap skips a kernel built without doctests" \
+	sh -c "python3 '$FGDS_VM/kunit-tap.py' '$tmp/k.log' '$tmp/none' | grep -q '# SKIP'"
 
 # The user-space library and CLI (tools/): its own tests, lints and format.
 if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && [ "${FGDS_SKIP_CARGO:-0}" != 1 ]; then
