@@ -387,34 +387,27 @@ pub extern "C" fn fgds_write(
 
 /// # Safety
 /// As [`fgds_read_async`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn rw_async(
     handle: c_int,
     op: Op,
     base: *mut c_void,
-    size: *const usize,
-    file_offset: *const libc::off_t,
-    buf_offset: *const libc::off_t,
-    bytes_done: *mut isize,
+    args: crate::stream::LateArgs,
     stream: *mut c_void,
-) -> Result<usize> {
-    let f = file(handle)?;
-    // The base must be registered now; the range is checked when the stream reaches the request.
-    let (b, o) = lookup(base as u64, 0)?;
-    let args = crate::stream::LateArgs {
-        size,
-        file_off: file_offset,
-        buf_off: buf_offset,
-        bytes_done,
-    };
-    // SAFETY: As fgds_read_async's contract.
-    unsafe {
-        match op {
-            Op::Read => f.read_on_stream(b, o, args, stream),
-            Op::Write => f.write_on_stream(b, o, args, stream),
+) -> c_int {
+    let r = (|| {
+        let f = file(handle)?;
+        // The base must be registered now; the range is checked when the stream reaches it.
+        let (b, o) = lookup(base as u64, 0)?;
+        // SAFETY: As fgds_read_async's contract.
+        unsafe {
+            match op {
+                Op::Read => f.read_on_stream(b, o, args, stream),
+                Op::Write => f.write_on_stream(b, o, args, stream),
+            }
         }
-    }
-    .map(|()| 0)
+        .map(|()| 0)
+    })();
+    ret(r) as c_int
 }
 
 /// Enqueues a read on a CUDA stream (`cuFileReadAsync`'s model). When `stream` reaches it,
@@ -436,20 +429,14 @@ pub unsafe extern "C" fn fgds_read_async(
     bytes_done: *mut isize,
     stream: *mut c_void,
 ) -> c_int {
-    // SAFETY: As this function's contract.
-    let r = unsafe {
-        rw_async(
-            handle,
-            Op::Read,
-            base,
-            size,
-            file_offset,
-            buf_offset,
-            bytes_done,
-            stream,
-        )
+    let args = crate::stream::LateArgs {
+        size,
+        file_off: file_offset,
+        buf_off: buf_offset,
+        bytes_done,
     };
-    ret(r) as c_int
+    // SAFETY: As this function's contract.
+    unsafe { rw_async(handle, Op::Read, base, args, stream) }
 }
 
 /// Enqueues a write on a CUDA stream: as [`fgds_read_async`], from `base + *buf_offset` to the
@@ -467,20 +454,14 @@ pub unsafe extern "C" fn fgds_write_async(
     bytes_done: *mut isize,
     stream: *mut c_void,
 ) -> c_int {
-    // SAFETY: As this function's contract.
-    let r = unsafe {
-        rw_async(
-            handle,
-            Op::Write,
-            base,
-            size,
-            file_offset,
-            buf_offset,
-            bytes_done,
-            stream,
-        )
+    let args = crate::stream::LateArgs {
+        size,
+        file_off: file_offset,
+        buf_off: buf_offset,
+        bytes_done,
     };
-    ret(r) as c_int
+    // SAFETY: As this function's contract.
+    unsafe { rw_async(handle, Op::Write, base, args, stream) }
 }
 
 fn resolve_segments(
