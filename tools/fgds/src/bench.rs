@@ -27,8 +27,8 @@ and no cache dropping is needed):
                 io_uring per thread; pread/pwrite with --no-io-uring).
   fgds-batch    (--batch) the library's Batch API: one thread keeps Q
                 requests of R bytes submitted (Batch::submit + Batch::wait);
-                the library runs them on its I/O worker threads, so no more
-                than it has workers reach the device at a time.
+                aligned requests of a chunk or less go on the batch's own
+                io_uring, the others to the library's I/O threads.
   pread-pool    (--baseline) Q threads, each doing pread/pwrite of R bytes
                 on an O_DIRECT descriptor, taking the next offset from a
                 shared cursor (seq) or drawing random ones (rand).

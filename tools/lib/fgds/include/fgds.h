@@ -166,7 +166,11 @@ struct fgds_io_event {
 /* Creates a batch of up to capacity (1..4096) requests in flight; returns
  * its id > 0 or a negative code. */
 int fgds_batch_create(unsigned int capacity);
-/* Submits n requests, all or none (-EAGAIN when over capacity). */
+/* Submits n requests, all or none (-EAGAIN when over capacity). A plain
+ * request of at most the chunk size, aligned for O_DIRECT, into host memory
+ * or a registered buffer goes on the batch's own io_uring (one system call
+ * for the whole submission, reaped by fgds_batch_wait); the others run on
+ * the library's I/O threads. */
 int fgds_batch_submit(int batch, const struct fgds_io_params *params,
 		      unsigned int n);
 /* Waits until min_nr requests finished or timeout_ms passed (< 0: forever,

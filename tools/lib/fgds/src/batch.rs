@@ -1,10 +1,25 @@
-//! Asynchronous requests and cuFile-style batches, run on a small pool of
-//! worker threads (each with its own io_uring).
+//! Asynchronous requests and cuFile-style batches.
+//!
+//! Asynchronous requests run on a small pool of worker threads (each with
+//! its own io_uring). A batch has a ring of its own besides: a request that
+//! is one O_DIRECT transfer (a chunk or less, aligned, into memory the
+//! device reaches) goes on it from the submitting thread, and whoever waits
+//! reaps it, the way fio's io_uring engine works: one system call submits
+//! many, one waits for many, and no thread is woken per request. Anything
+//! else (large, unaligned, vectored, through a bounce buffer) runs on the
+//! worker threads through the engine, as does a ring request that did not
+//! move all its bytes (short at the end of the file, refused by the device,
+//! ...), which the engine then retries, falls back or reports.
 
 use crate::buffer::Buffer;
-use crate::engine::{do_io, do_vectored, Op, Segment, FGDS_BATCH_IOV_MAX};
+use crate::engine::{
+    count_direct, do_io, do_vectored, single_direct, Op, Segment, FGDS_BATCH_IOV_MAX,
+};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
+use io_uring::{opcode, types, IoUring};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -64,6 +79,15 @@ fn spawn(job: Job) -> Result<()> {
         .unwrap_or_else(|p| p.into_inner())
         .send(job)
         .map_err(|_| Error::InvalidArgument("I/O threads are gone".into()))
+}
+
+/// Runs batch request `seq` through the engine on a worker thread.
+fn spawn_entry(shared: &Arc<Shared>, p: IoParams, seq: u64, cancel: Arc<AtomicBool>) -> Result<()> {
+    let shared = shared.clone();
+    spawn(Box::new(move || {
+        let r = execute(&p, &cancel);
+        shared.finish(seq, r);
+    }))
 }
 
 /// A segment that owns a reference to its buffer (for async/batch use).
@@ -336,6 +360,124 @@ struct Entry {
 struct Shared {
     entries: Mutex<Vec<Entry>>,
     cv: Condvar,
+    /// An eventfd the worker threads' jobs write when they finish, once the
+    /// batch has a ring: the ring polls it while requests of both kinds are
+    /// out, so one wait sees either.
+    wake: OnceLock<OwnedFd>,
+}
+
+impl Shared {
+    fn finish(&self, seq: u64, r: Result<usize>) {
+        let mut g = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = g.iter_mut().find(|e| e.seq == seq) {
+            e.result = Some(r);
+        }
+        drop(g);
+        self.cv.notify_all();
+        if let Some(fd) = self.wake.get() {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a live u64 to an eventfd this
+            // batch owns; a full counter (EAGAIN) already means "wake up".
+            unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        }
+    }
+}
+
+/// user_data of the eventfd poll and of cancel requests on a batch's ring
+/// (never a request's: those are its seq, counted up from 1).
+const POLL_TAG: u64 = u64::MAX;
+const CANCEL_TAG: u64 = u64::MAX - 1;
+
+/// A batch's own io_uring (see the module documentation).
+struct BatchRing {
+    ring: IoUring,
+    /// Requests on the ring, by seq. Their parameters hold the file and the
+    /// buffer, so the memory the kernel transfers to stays alive until the
+    /// request's completion has been reaped.
+    flights: HashMap<u64, (IoParams, usize)>,
+    /// The eventfd poll is on the ring.
+    poll_armed: bool,
+}
+
+impl BatchRing {
+    fn new(capacity: usize, shared: &Shared) -> Option<BatchRing> {
+        let entries = capacity.next_power_of_two().clamp(8, 4096) as u32;
+        // Completions are posted when this thread enters the kernel (it
+        // does to wait, and poll() does when it sees none), not by
+        // interrupting it (5.19; older kernels refuse the flag).
+        let ring = IoUring::builder()
+            .setup_coop_taskrun()
+            .build(entries)
+            .or_else(|_| IoUring::new(entries))
+            .ok()?;
+        // Timed waits need IORING_ENTER_EXT_ARG (5.11), a full CQ must not
+        // drop completions (5.5).
+        if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
+            return None;
+        }
+        if shared.wake.get().is_none() {
+            // SAFETY: eventfd(2) takes no pointers; the result is checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: fd is a new descriptor nothing else owns.
+            let _ = shared.wake.set(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        Some(BatchRing {
+            ring,
+            flights: HashMap::new(),
+            poll_armed: false,
+        })
+    }
+
+    /// Queues one SQE, flushing the submission queue when it is full.
+    fn push(&mut self, sqe: &io_uring::squeue::Entry) -> bool {
+        for _ in 0..64 {
+            // SAFETY: every SQE this batch queues points at memory held by
+            // `flights` (released only after the completion is reaped) or
+            // at nothing (poll, cancel).
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return true;
+            }
+            if let Err(e) = self.ring.submit() {
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) {
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// Blocks until a completion arrives, `deadline` passes (false) or a
+    /// signal interrupts.
+    fn wait(&mut self, deadline: Option<Instant>) -> bool {
+        let r = match deadline {
+            None => self.ring.submit_and_wait(1),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return false;
+                }
+                let ts = types::Timespec::from(d - now);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(_) => true,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => true,
+            Err(_) => {
+                // Not expected (EBUSY: the CQ overflowed and is being
+                // flushed); do not spin on it.
+                std::thread::sleep(Duration::from_millis(1));
+                true
+            }
+        }
+    }
 }
 
 /// A cuFile-style batch: up to `capacity` requests in flight, reaped with
@@ -345,6 +487,10 @@ pub struct Batch {
     capacity: usize,
     shared: Arc<Shared>,
     seq: u64,
+    /// The ring of single-transfer requests, made at the first such request.
+    ring: Option<BatchRing>,
+    /// Making the ring failed once (no io_uring here): do not try again.
+    no_ring: bool,
 }
 
 impl std::fmt::Debug for Batch {
@@ -372,8 +518,11 @@ impl Batch {
             shared: Arc::new(Shared {
                 entries: Mutex::new(Vec::new()),
                 cv: Condvar::new(),
+                wake: OnceLock::new(),
             }),
             seq: 0,
+            ring: None,
+            no_ring: false,
         })
     }
 
@@ -416,11 +565,8 @@ impl Batch {
                 }
             }
         }
-        let mut g = self
-            .shared
-            .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let shared = self.shared.clone();
+        let mut g = shared.entries.lock().unwrap_or_else(|e| e.into_inner());
         if g.len() + params.len() > self.capacity {
             return Err(Error::BatchFull {
                 capacity: self.capacity,
@@ -428,6 +574,7 @@ impl Batch {
                 requested: params.len(),
             });
         }
+        let mut on_ring = false;
         for p in params {
             self.seq += 1;
             let seq = self.seq;
@@ -438,22 +585,125 @@ impl Batch {
                 result: None,
                 cancel: cancel.clone(),
             });
-            let shared = self.shared.clone();
-            let p = p.clone();
-            let job: Job = Box::new(move || {
-                let r = execute(&p, &cancel);
-                let mut g = shared.entries.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(e) = g.iter_mut().find(|e| e.seq == seq) {
-                    e.result = Some(r);
-                }
-                shared.cv.notify_all();
-            });
-            if let Err(e) = spawn(job) {
+            if self.ring_submit(p, seq) {
+                on_ring = true;
+                continue;
+            }
+            if let Err(e) = spawn_entry(&shared, p.clone(), seq, cancel) {
                 g.retain(|e| e.seq != seq);
                 return Err(e);
             }
         }
+        drop(g);
+        if let (true, Some(r)) = (on_ring, self.ring.as_mut()) {
+            // What this does not submit (EINTR, EAGAIN), the next wait does.
+            let _ = r.ring.submit();
+        }
         Ok(())
+    }
+
+    /// Queues `p` on the batch's ring when it is one direct transfer.
+    fn ring_submit(&mut self, p: &IoParams, seq: u64) -> bool {
+        let IoTarget::Plain {
+            buffer,
+            buf_off,
+            size,
+        } = &p.target
+        else {
+            return false;
+        };
+        let Some((fd, ptr)) = single_direct(&p.file, buffer, *buf_off, *size, p.file_off) else {
+            return false;
+        };
+        if self.ring.is_none() && !self.no_ring {
+            self.ring = BatchRing::new(self.capacity, &self.shared);
+            self.no_ring = self.ring.is_none();
+        }
+        let Some(r) = self.ring.as_mut() else {
+            return false;
+        };
+        // single_direct: size fits in u32.
+        let len = *size as u32;
+        let sqe = match p.op {
+            Op::Read => opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(p.file_off)
+                .build(),
+            Op::Write => opcode::Write::new(types::Fd(fd), ptr, len)
+                .offset(p.file_off)
+                .build(),
+        }
+        .user_data(seq);
+        // The parameters are in `flights` before the kernel can see the SQE.
+        r.flights.insert(seq, (p.clone(), *size));
+        if r.push(&sqe) {
+            return true;
+        }
+        r.flights.remove(&seq);
+        false
+    }
+
+    /// Moves the ring's completions into the entries: whole transfers are
+    /// done; anything else goes to the engine on a worker thread.
+    fn reap_ring(&mut self) {
+        let Some(r) = self.ring.as_mut() else {
+            return;
+        };
+        let cqes: Vec<(u64, i32)> = r
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        if cqes.is_empty() {
+            return;
+        }
+        let mut g = self
+            .shared
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (seq, res) in cqes {
+            if seq == POLL_TAG {
+                r.poll_armed = false;
+                if let Some(fd) = self.shared.wake.get() {
+                    let mut v = 0u64;
+                    // SAFETY: reads 8 bytes into a live u64 from a
+                    // non-blocking eventfd (EAGAIN when already drained).
+                    unsafe { libc::read(fd.as_raw_fd(), (&raw mut v).cast(), 8) };
+                }
+                continue;
+            }
+            let Some((p, len)) = r.flights.remove(&seq) else {
+                continue; // CANCEL_TAG
+            };
+            let Some(e) = g.iter_mut().find(|e| e.seq == seq) else {
+                continue;
+            };
+            if usize::try_from(res).is_ok_and(|n| n == len) {
+                count_direct(&p.file, p.op, len);
+                e.result = Some(Ok(len));
+            } else if let Err(err) = spawn_entry(&self.shared, p, seq, e.cancel.clone()) {
+                e.result = Some(Err(err));
+            }
+        }
+        drop(g);
+        self.shared.cv.notify_all();
+    }
+
+    /// Blocks until the ring or a worker thread finishes a request, or
+    /// `deadline` passes (false).
+    fn wait_ring(&mut self, workers_out: bool, deadline: Option<Instant>) -> bool {
+        let Some(r) = self.ring.as_mut() else {
+            return false;
+        };
+        if workers_out && !r.poll_armed {
+            if let Some(fd) = self.shared.wake.get() {
+                let sqe = opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32)
+                    .build()
+                    .user_data(POLL_TAG);
+                r.poll_armed = r.push(&sqe);
+            }
+        }
+        r.wait(deadline)
     }
 
     fn event(e: &Entry, pending: Status) -> Event {
@@ -484,6 +734,13 @@ impl Batch {
     /// Without blocking: reaps finished requests and reports the others as
     /// [`Status::Pending`] (they stay in the batch).
     pub fn poll(&mut self) -> Vec<Event> {
+        if let Some(r) = self.ring.as_mut() {
+            if !r.flights.is_empty() && r.ring.completion().is_empty() {
+                // Submits what is queued and lets finished requests post.
+                let _ = r.ring.submit();
+            }
+        }
+        self.reap_ring();
         let mut g = self
             .shared
             .entries
@@ -500,34 +757,50 @@ impl Batch {
     /// the batch.
     pub fn wait(&mut self, min_nr: usize, timeout: Option<Duration>) -> Vec<Event> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut g = self
-            .shared
-            .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
         let mut timed_out = false;
         loop {
+            self.reap_ring();
+            let g = self
+                .shared
+                .entries
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let done = g.iter().filter(|e| e.result.is_some()).count();
             if done >= min_nr.min(g.len()) {
                 break;
             }
+            let on_ring = self.ring.as_ref().map_or(0, |r| r.flights.len());
+            if on_ring > 0 {
+                let workers_out = g.len() - done > on_ring;
+                drop(g);
+                if !self.wait_ring(workers_out, deadline) {
+                    timed_out = true;
+                    break;
+                }
+                continue;
+            }
             match deadline {
-                None => g = self.shared.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                None => drop(self.shared.cv.wait(g).unwrap_or_else(|e| e.into_inner())),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         timed_out = true;
                         break;
                     }
-                    g = self
-                        .shared
-                        .cv
-                        .wait_timeout(g, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    drop(
+                        self.shared
+                            .cv
+                            .wait_timeout(g, d - now)
+                            .unwrap_or_else(|e| e.into_inner()),
+                    );
                 }
             }
         }
+        let mut g = self
+            .shared
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let ev = g
             .iter()
             .filter(|e| timed_out || e.result.is_some())
@@ -551,6 +824,20 @@ impl Batch {
             e.cancel.store(true, Ordering::Release);
             n += 1;
         }
+        drop(g);
+        if let Some(r) = self.ring.as_mut() {
+            // A transfer the device already has finishes; one still queued
+            // in the kernel ends with ECANCELED and then, its cancel flag
+            // set, as Canceled on a worker thread.
+            let seqs: Vec<u64> = r.flights.keys().copied().collect();
+            for seq in seqs {
+                let sqe = opcode::AsyncCancel::new(seq).build().user_data(CANCEL_TAG);
+                if !r.push(&sqe) {
+                    break;
+                }
+            }
+            let _ = r.ring.submit();
+        }
         n
     }
 }
@@ -558,6 +845,12 @@ impl Batch {
 impl Drop for Batch {
     fn drop(&mut self) {
         self.cancel();
+        // The kernel may still be transferring into memory the ring's
+        // requests hold: reap every one before anything is freed.
+        while self.ring.as_ref().is_some_and(|r| !r.flights.is_empty()) {
+            self.wait_ring(false, None);
+            self.reap_ring();
+        }
         let mut g = self
             .shared
             .entries

@@ -751,6 +751,62 @@ fn run_pieces(
     Ok(total)
 }
 
+/// The one O_DIRECT request a plain I/O is, when it is exactly one: the
+/// buffer is reachable directly, the size is at most a chunk, and offsets,
+/// size and address meet the alignment [`plan`] asks of the direct path.
+/// Returns the descriptor and the address to hand the kernel. Batches put
+/// such requests on a ring of their own ([`crate::batch`]).
+pub(crate) fn single_direct(
+    file: &FileHandle,
+    buf: &Buffer,
+    buf_off: usize,
+    size: usize,
+    file_off: u64,
+) -> Option<(RawFd, *mut u8)> {
+    let cfg = &file.config;
+    if !cfg.use_io_uring || size == 0 || size > cfg.chunk_size || u32::try_from(size).is_err() {
+        return None;
+    }
+    if direct_blocker(file, buf).is_some()
+        || buf.check_range("", buf_off as u64, size as u64).is_err()
+    {
+        return None;
+    }
+    if file_off
+        .checked_add(size as u64)
+        .is_none_or(|e| e > i64::MAX as u64)
+    {
+        return None;
+    }
+    let fd = file.direct.as_ref()?.as_raw_fd();
+    let base = buf.io_ptr()?;
+    let a = if cfg.strict {
+        file.off_align
+    } else {
+        file.off_align.max(page_size() as u64)
+    };
+    let addr = base as u64 + buf_off as u64;
+    if file_off % a != 0 || size as u64 % a != 0 || addr % file.mem_align != 0 {
+        return None;
+    }
+    // SAFETY: buf_off + size is inside the buffer (check_range above).
+    Some((fd, unsafe { base.add(buf_off) }))
+}
+
+/// Counts one request of `n` bytes that went the direct path outside
+/// [`run_pieces`] (a batch's ring).
+pub(crate) fn count_direct(file: &FileHandle, op: Op, n: usize) {
+    let st = &file.stats;
+    st.direct_ops.fetch_add(1, Ordering::Relaxed);
+    st.direct_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    let ctr = if op == Op::Read {
+        &st.read_bytes
+    } else {
+        &st.write_bytes
+    };
+    ctr.fetch_add(n as u64, Ordering::Relaxed);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn plain(
     file: &FileHandle,

@@ -4,20 +4,12 @@ use fgds::{Batch, Config, Error, IoParams, IoTarget, Op, OwnedSegment, Status};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn cfg() -> Config {
-    Config {
-        chunk_size: 64 * 1024,
-        queue_depth: 8,
-        ..Config::default()
-    }
-}
-
 #[test]
 fn async_read_and_write() {
     let d = tmpdir();
     let data = random_bytes(300_000, 31);
     let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, cfg()));
+    let f = Arc::new(open_rw(&p, batch_config()));
     let b = Arc::new(host(300_000));
     let h = f.read_async(b.clone(), 0, 300_000, 0).unwrap();
     assert_eq!(h.wait().unwrap(), 300_000);
@@ -45,7 +37,7 @@ fn batch_mixed_plain_and_vectored() {
     let d = tmpdir();
     let data = random_bytes(1 << 20, 33);
     let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, cfg()));
+    let f = Arc::new(open_rw(&p, batch_config()));
     let b = Arc::new(host(1 << 20));
     let mut batch = Batch::new(8).unwrap();
     let mut params = Vec::new();
@@ -116,7 +108,7 @@ fn batch_mixed_plain_and_vectored() {
 fn batch_capacity_and_errors() {
     let d = tmpdir();
     let p = file_with(&d, "f", &random_bytes(65536, 34));
-    let f = Arc::new(open_rw(&p, cfg()));
+    let f = Arc::new(open_rw(&p, batch_config()));
     let b = Arc::new(host(65536));
     assert!(Batch::new(0).is_err());
     let mut batch = Batch::new(2).unwrap();
@@ -173,7 +165,7 @@ fn batch_capacity_and_errors() {
         Err(Error::Segment { index: 0, .. })
     ));
     // failing request reports a negative errno
-    let ro = Arc::new(fgds::FileHandle::open(&p, libc::O_RDONLY, 0, cfg()).unwrap());
+    let ro = Arc::new(fgds::FileHandle::open(&p, libc::O_RDONLY, 0, batch_config()).unwrap());
     let w = IoParams {
         cookie: 6,
         file: ro,
@@ -248,4 +240,113 @@ fn batch_cancel_and_timeout() {
         assert_eq!(e.result, 4 << 20);
     }
     drop(batch);
+}
+
+/// Requests on the ring and on the I/O threads in one wait; a direct read
+/// that comes back short (the end of the file) is finished by the engine.
+#[test]
+fn batch_ring_and_threads_together() {
+    let d = tmpdir();
+    let len = 256 * 1024 + 1000;
+    let data = random_bytes(len, 38);
+    let p = file_with(&d, "f", &data);
+    let f = Arc::new(open_rw(&p, batch_config()));
+    let b = Arc::new(host(1 << 20));
+    let mut batch = Batch::new(128).unwrap();
+    let mut params = Vec::new();
+    for i in 0..60usize {
+        // aligned 4 KiB: the ring
+        params.push(block_request(&f, &b, Op::Read, i));
+    }
+    for i in 0..4usize {
+        // unaligned and larger than a chunk: the engine on the I/O threads
+        params.push(plain_request(
+            &f,
+            &b,
+            100 + i as u64,
+            Op::Read,
+            (i * 3000 + 7) as u64,
+            256 * 1024 + i * 100_000,
+            70_000,
+        ));
+    }
+    // 8 KiB at the last 4 KiB boundary: 1000 bytes are there.
+    params.push(plain_request(
+        &f,
+        &b,
+        200,
+        Op::Read,
+        256 * 1024,
+        700 * 1024,
+        8192,
+    ));
+    batch.submit(&params).unwrap();
+    let mut ev = Vec::new();
+    while ev.len() < params.len() {
+        let got = batch.wait(params.len(), Some(Duration::from_secs(30)));
+        assert!(got.iter().all(|e| e.status != Status::Timeout), "{got:?}");
+        ev.extend(got);
+    }
+    ev.sort_by_key(|e| e.cookie);
+    for e in &ev {
+        let want = match e.cookie {
+            0..=59 => 4096,
+            100..=103 => 70_000,
+            _ => 1000,
+        };
+        assert_eq!((e.status, e.result), (Status::Complete, want), "{e:?}");
+    }
+    assert_same(&b.read_bytes(0, 60 * 4096).unwrap(), &data[..60 * 4096]);
+    for i in 0..4usize {
+        let o = i * 3000 + 7;
+        assert_same(
+            &b.read_bytes(256 * 1024 + i * 100_000, 70_000).unwrap(),
+            &data[o..o + 70_000],
+        );
+    }
+    assert_same(
+        &b.read_bytes(700 * 1024, 1000).unwrap(),
+        &data[256 * 1024..],
+    );
+    assert_eq!(batch.in_flight(), 0);
+}
+
+/// Cancelling and dropping a batch with requests on its ring: each ends
+/// Complete (with its bytes) or Canceled, and dropping waits for the rest.
+#[test]
+fn batch_ring_cancel_and_drop() {
+    let d = tmpdir();
+    const N: usize = 2048;
+    let data = random_bytes(N * 4096, 39);
+    let p = file_with(&d, "f", &data);
+    let f = Arc::new(open_rw(&p, batch_config()));
+    let b = Arc::new(host(N * 4096));
+    let mut batch = Batch::new(N).unwrap();
+    let params: Vec<IoParams> = (0..N).map(|i| block_request(&f, &b, Op::Read, i)).collect();
+    batch.submit(&params).unwrap();
+    batch.cancel();
+    let mut ev = Vec::new();
+    while batch.in_flight() > 0 {
+        ev.extend(batch.wait(N, Some(Duration::from_secs(60))));
+    }
+    assert_eq!(ev.len(), N);
+    for e in &ev {
+        match e.status {
+            Status::Complete => {
+                assert_eq!(e.result, 4096);
+                let o = e.cookie as usize * 4096;
+                assert_same(&b.read_bytes(o, 4096).unwrap(), &data[o..o + 4096]);
+            }
+            Status::Canceled => assert_eq!(e.result, -i64::from(libc::ECANCELED)),
+            _ => panic!("{e:?}"),
+        }
+    }
+    // Dropped with everything in flight: returns once the kernel is done.
+    let mut batch = Batch::new(N).unwrap();
+    batch.submit(&params).unwrap();
+    drop(batch);
+    let mut again = Batch::new(1).unwrap();
+    again.submit(&params[..1]).unwrap();
+    let e = again.wait(1, Some(Duration::from_secs(30)));
+    assert_eq!((e[0].status, e[0].result), (Status::Complete, 4096));
 }

@@ -1,6 +1,7 @@
 #![allow(dead_code)]
-use fgds::{Buffer, Config, FileHandle};
+use fgds::{Buffer, Config, FileHandle, IoParams, IoTarget, Op};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub fn tmpdir() -> tempfile::TempDir {
     // /var/tmp is on the root ext4 here (O_DIRECT works); checked by a test.
@@ -42,4 +43,41 @@ pub fn assert_same(a: &[u8], b: &[u8]) {
     if let Some(i) = a.iter().zip(b).position(|(x, y)| x != y) {
         panic!("first difference at byte {i}: {} != {}", a[i], b[i]);
     }
+}
+
+/// The configuration of the batch tests: 64 KiB chunks, 8 in flight.
+pub fn batch_config() -> Config {
+    Config {
+        chunk_size: 64 * 1024,
+        queue_depth: 8,
+        ..Config::default()
+    }
+}
+
+/// A plain batch request of `size` bytes at `buf_off` of `b`.
+pub fn plain_request(
+    f: &Arc<FileHandle>,
+    b: &Arc<Buffer>,
+    cookie: u64,
+    op: Op,
+    file_off: u64,
+    buf_off: usize,
+    size: usize,
+) -> IoParams {
+    IoParams {
+        cookie,
+        file: f.clone(),
+        op,
+        file_off,
+        target: IoTarget::Plain {
+            buffer: b.clone(),
+            buf_off,
+            size,
+        },
+    }
+}
+
+/// Block `i` of 4 KiB of the file to or from block `i` of `b` (cookie `i`).
+pub fn block_request(f: &Arc<FileHandle>, b: &Arc<Buffer>, op: Op, i: usize) -> IoParams {
+    plain_request(f, b, i as u64, op, (i * 4096) as u64, i * 4096, 4096)
 }
