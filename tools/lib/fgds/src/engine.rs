@@ -371,9 +371,13 @@ impl Backend<'_> {
 }
 
 /// Runs `f` with this thread's ring (created or grown to `qd` entries), or
-/// with the synchronous backend when io_uring is off or unavailable.
-fn with_backend<T, F: FnOnce(&mut Backend<'_>) -> T>(cfg: &Config, f: F) -> T {
-    let f = if cfg.use_io_uring {
+/// with the synchronous backend when io_uring is off or unavailable, or
+/// when the call is a single request: one pread/pwrite is one system call
+/// and no more, where the ring would add its own enter and completion work
+/// (and, for a request it cannot start at once, a hand-off to an io-wq
+/// worker) with nothing to overlap.
+fn with_backend<T, F: FnOnce(&mut Backend<'_>) -> T>(cfg: &Config, requests: usize, f: F) -> T {
+    let f = if cfg.use_io_uring && requests > 1 {
         let want = cfg.queue_depth.next_power_of_two().max(8);
         let r = RING.with(move |cell| {
             let Ok(mut slot) = cell.try_borrow_mut() else {
@@ -586,7 +590,7 @@ fn run_pieces(
     let write = op == Op::Write;
     let io_base = buf.io_ptr();
 
-    with_backend(cfg, |be| -> Result<()> {
+    with_backend(cfg, pieces.len(), |be| -> Result<()> {
         let mut inflight = 0usize;
         loop {
             while err.is_none() && inflight < qd {
@@ -1030,7 +1034,7 @@ fn vectored(
     let mut redo: Vec<usize> = Vec::new(); // requests to retry through bounce
     let mut partial: Vec<(usize, usize)> = Vec::new(); // (request, bytes done) short writes
     let mut fallback_reason: Option<String> = None;
-    with_backend(cfg, |be| -> Result<()> {
+    with_backend(cfg, reqs.len(), |be| -> Result<()> {
         let mut next = 0usize;
         let mut inflight = 0usize;
         loop {
