@@ -50,7 +50,9 @@ and the whole fio process tree (RUSAGE_CHILDREN) as cpu_seconds_process.
 cpu_s_per_gib is CPU seconds per GiB moved. IOPS are requests of R bytes
 per second; avg latency is per call (fgds), per request (the others).
 Sequential offsets start at 0 and wrap at --file-size; random offsets are
-uniform over --file-size, aligned to the call size (fgds) or R (others).";
+uniform over --file-size, aligned to the call size (fgds) or R (others),
+drawn afresh for every run, round and thread (fio: --randrepeat=0), so no
+engine reads what another has just brought into a cache.";
 
 #[derive(Clone, Copy, Debug, ValueEnum, serde::Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -263,9 +265,22 @@ impl Offsets {
     }
 }
 
+/// A seed no earlier run of this process or of another used: random
+/// offsets are drawn afresh for every engine, round and thread, as fio's
+/// are (--randrepeat=0), so that no engine reads blocks another has just
+/// brought into a cache (the disk's, or the host's under a virtual disk).
+fn run_seed() -> u64 {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    now ^ (u64::from(std::process::id()) << 40) ^ n.wrapping_mul(0xA076_1D64_78BD_642F)
+}
+
 fn offsets(a: &BenchArgs, t: usize) -> Vec<u64> {
     let per = a.size / a.threads as u64 / a.bs;
-    let mut g = Offsets::new(a.pattern, geometry(a).span, a.bs, t as u64);
+    let mut g = Offsets::new(a.pattern, geometry(a).span, a.bs, run_seed());
     (0..per).map(|i| g.at(t as u64 * per + i)).collect()
 }
 
@@ -558,7 +573,7 @@ fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         Rw::Write => Op::Write,
     };
     let total_ops = a.size / g.req;
-    let mut gen = Offsets::new(a.pattern, g.span, g.req, 0);
+    let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
     let mut batch = Batch::new(q)?;
     let mut free: Vec<usize> = (0..q).rev().collect();
     let pb = progress(a, "fgds-batch");
@@ -651,12 +666,11 @@ fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let r: Result<u64, fgds::Error> = std::thread::scope(|s| {
         let hs: Vec<_> = bufs
             .iter()
-            .enumerate()
-            .map(|(t, b)| {
+            .map(|b| {
                 let (pb, lat_ns, next) = (&pb, &lat_ns, &next);
                 s.spawn(move || -> Result<u64, fgds::Error> {
                     let p = b.base_addr() as *mut libc::c_void;
-                    let mut gen = Offsets::new(a.pattern, g.span, g.req, t as u64);
+                    let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
                     let mut bytes = 0u64;
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
