@@ -12,6 +12,8 @@
 #                    a probe boot with it succeeds (nested KVM hangs on some hosts)
 #   FGDS_TCG_THREAD  multi (default) or single: TCG's vCPU threading
 #   FGDS_VM_BOOT_TIMEOUT  seconds for the kernel to start init (default 600)
+#   FGDS_VM_BUILT    path of a bzImage built for FGDS_KCONFIG together with
+#                    the test programs: skips both builds (check.sh sets it)
 #
 # The topology (q35, TCG):
 #   root port - x3130 switch -+- dn1: NVMe "fgds0" (data: raw, ext4, xfs)
@@ -31,8 +33,13 @@ mode=${1:?usage: run-vm.sh MODE}
 cfg=$(fgds_kconfig)
 timeout_s=${FGDS_VM_TIMEOUT:-2700}
 
-bzimage=$("$FGDS_VM/build-kernel.sh" "$cfg" | tail -n1)
-"$FGDS_VM/build-tests.sh" "$cfg"
+if [ -n "${FGDS_VM_BUILT:-}" ]; then
+	# check.sh has just built both (it sets this to the bzImage's path).
+	bzimage=$FGDS_VM_BUILT
+else
+	bzimage=$("$FGDS_VM/build-kernel.sh" "$cfg" | tail -n1)
+	"$FGDS_VM/build-tests.sh" "$cfg"
+fi
 
 vm=$FGDS_BUILD/vm-$cfg
 out=$vm/out
