@@ -234,12 +234,13 @@ def main():
           f"suite {h['suite_seconds']} s")
     print()
     print_table(rows, verdict)
-    met = sum(1 for x in verdict if x["engine"] == "fgds"
-              and x["throughput_target_met"] and x["cpu_target_met"])
-    total = sum(1 for x in verdict if x["engine"] == "fgds")
     print()
-    print(f"fgds vs fio-io_uring: both targets met in {met}/{total} rows "
-          f"(throughput >= fio and CPU s/GiB < fio at equal request size and in-flight count)")
+    for eng in LIB_ENGINES:
+        met = sum(1 for x in verdict if x["engine"] == eng
+                  and x["throughput_target_met"] and x["cpu_target_met"])
+        total = sum(1 for x in verdict if x["engine"] == eng)
+        print(f"{eng} vs fio-io_uring: both targets met in {met}/{total} rows "
+              f"(throughput >= fio and CPU s/GiB < fio at equal request size and in-flight count)")
 
 
 if __name__ == "__main__":
