@@ -168,9 +168,9 @@ struct fgds_io_event {
 int fgds_batch_create(unsigned int capacity);
 /* Submits n requests, all or none (-EAGAIN when over capacity). A plain
  * request of at most the chunk size, aligned for O_DIRECT, into host memory
- * or a registered buffer goes on the batch's own io_uring (one system call
- * for the whole submission, reaped by fgds_batch_wait); the others run on
- * the library's I/O threads. */
+ * or a registered buffer goes on the batch's own io_uring (handed to the
+ * kernel two per system call, reaped by fgds_batch_wait); the others run
+ * on the library's I/O threads. */
 int fgds_batch_submit(int batch, const struct fgds_io_params *params,
 		      unsigned int n);
 /* Waits until min_nr requests finished or timeout_ms passed (< 0: forever,

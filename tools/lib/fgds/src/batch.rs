@@ -4,8 +4,9 @@
 //! its own io_uring). A batch has a ring of its own besides: a request that
 //! is one O_DIRECT transfer (a chunk or less, aligned, into memory the
 //! device reaches) goes on it from the submitting thread, and whoever waits
-//! reaps it, the way fio's io_uring engine works: one system call submits
-//! many, one waits for many, and no thread is woken per request. Anything
+//! reaps it, the way fio's io_uring engine works: no thread is woken per
+//! request, and one system call submits two (`SUBMIT_GROUP`) or waits for
+//! many. Anything
 //! else (large, unaligned, vectored, through a bounce buffer) runs on the
 //! worker threads through the engine, as does a ring request that did not
 //! move all its bytes (short at the end of the file, refused by the device,
@@ -388,6 +389,15 @@ impl Shared {
 const POLL_TAG: u64 = u64::MAX;
 const CANCEL_TAG: u64 = u64::MAX - 1;
 
+/// Requests handed to the kernel per io_uring_enter while submitting. More
+/// than two in one call make io_uring plug the block queue until the call
+/// ends, so the device sees them as a burst, completes them as one and the
+/// next round goes out as a burst again: 4 KiB random reads from a virtio
+/// disk ran at 250 and 290 MiB/s at 8 and 32 in flight submitted in one
+/// call, at 300-340 and 440-480 submitted two by two (a bare io_uring loop,
+/// same file and host); fio's engine, one per call, at 285 and 385.
+const SUBMIT_GROUP: usize = 2;
+
 /// A batch's own io_uring (see the module documentation).
 struct BatchRing {
     ring: IoUring,
@@ -636,6 +646,11 @@ impl Batch {
         // The parameters are in `flights` before the kernel can see the SQE.
         r.flights.insert(seq, (p.clone(), *size));
         if r.push(&sqe) {
+            if r.ring.submission().len() >= SUBMIT_GROUP {
+                // What this does not submit (EINTR, EAGAIN), the next
+                // submit or wait does.
+                let _ = r.ring.submit();
+            }
             return true;
         }
         r.flights.remove(&seq);
