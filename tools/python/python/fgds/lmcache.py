@@ -672,8 +672,10 @@ class FgdsBackend(_SBParent):
             meta = getattr(obj, "metadata", None)
             if meta is not None:
                 self._meta[k] = meta
-            fut = self._pool.submit(self._put_one, key, k, obj, on_complete_callback)
+            # Listed before the task can end: _put_one's own removal takes
+            # this lock, so it cannot run first and leave a stale entry.
             with self._mu:
+                fut = self._pool.submit(self._put_one, key, k, obj, on_complete_callback)
                 self._put[k] = fut
             futs.append(fut)
         return futs
