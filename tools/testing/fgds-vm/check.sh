@@ -38,6 +38,8 @@ out=$FGDS_BUILD/vm-$FGDS_KCONFIG/out
 	echo "1..3"
 	if [ $vm_ok = 1 ]; then echo "ok 1 vm: guest ran to completion, kernel log clean"
 	else echo "not ok 1 vm: guest ran to completion, kernel log clean"; fi
+	# A first boot that stopped without a word, and was run again.
+	sed 's/^/# vm: /' "$FGDS_BUILD/vm-$FGDS_KCONFIG/retried" 2>/dev/null
 	if grep -q . "$out/kmemleak.txt" 2>/dev/null; then
 		echo "not ok 2 vm: kmemleak found leaks"; sed 's/^/# /' "$out/kmemleak.txt" | head -40
 	elif [ -f "$out/kmemleak.txt" ]; then echo "ok 2 vm: kmemleak clean"

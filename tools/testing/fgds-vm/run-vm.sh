@@ -12,6 +12,9 @@
 #                    a probe boot with it succeeds (nested KVM hangs on some hosts)
 #   FGDS_TCG_THREAD  multi (default) or single: TCG's vCPU threading
 #   FGDS_VM_BOOT_TIMEOUT  seconds for the kernel to start init (default 600)
+#   FGDS_VM_STALL_TIMEOUT seconds without console or guest output, QEMU all
+#                    but idle, after which the guest counts as stalled
+#                    (default 300; 0: never)
 #   FGDS_VM_BUILT    path of a bzImage built for FGDS_KCONFIG together with
 #                    the test programs: skips both builds (check.sh sets it)
 #
@@ -21,9 +24,17 @@
 #                             +- dn3: NVMe "fgdscmb" with a 64 MiB CMB (upstream p2pmem)
 #                             +- dn4: ivshmem-plain, BAR2 = 64 MiB (a second GPU stand-in)
 # The console is logged to build/vm-<cfg>/console.log, the guest's output to
-# build/vm-<cfg>/out/guest.log (shown as it grows). The run fails when the
+# build/vm-<cfg>/out/guest.log (shown as it grows), QEMU's CPU resets (a
+# triple fault) and shutdown requests to build/vm-<cfg>/qemu.log. The run fails when the
 # guest does not finish, or when the log holds an oops, a BUG, a WARN, a KASAN,
 # lockdep or hung-task report.
+#
+# A guest that stops without a word (it stalls: every vCPU halted and no
+# interrupt comes; QEMU ends or the guest resets with nothing on the
+# console) is shown, its logs are kept as *.attempt-1, and the mode runs once
+# more on fresh disks and VRAM; build/vm-<cfg>/retried says why. A guest
+# that stops after a kernel report, or that outlives FGDS_VM_TIMEOUT, is
+# not given a second run.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -43,37 +54,51 @@ fi
 
 vm=$FGDS_BUILD/vm-$cfg
 out=$vm/out
-rm -rf "$out"
-mkdir -p "$out/req" "$out/resp" "$out/tap"
+log=$vm/console.log
+qlog=$vm/qemu.log
+vram=/dev/shm/fgds-vram-$$
+vram2=/dev/shm/fgds-vram2-$$
+rm -f "$vm/retried" "$vm"/*.attempt-1
+mkdir -p "$vm"
 cp "$FGDS_VM/guest/init" "$FGDS_ROOT/fgds/init"
 chmod 755 "$FGDS_ROOT/fgds/init"
 mkdir -p "$FGDS_ROOT/fgds/src" "$FGDS_ROOT/fgds/out" "$FGDS_ROOT/lib/modules"
-
-# Fresh sparse disks and VRAM every boot.
-rm -f "$vm/nvme0.img" "$vm/nvme1.img"
-truncate -s 4G "$vm/nvme0.img"
-truncate -s 256M "$vm/nvme1.img"
-vram=/dev/shm/fgds-vram-$$
-vram2=/dev/shm/fgds-vram2-$$
-truncate -s 512M "$vram"
-truncate -s 64M "$vram2"
 gcc -O2 -Wall -o "$vm/barcheck" "$FGDS_VM/barcheck.c"
 
-log=$vm/console.log
-: >"$log"
-"$vm/barcheck" "$vram" serve "$out" &
-checker=$!
+checker=
+stop_checker() {
+	if [ -n "$checker" ]; then
+		touch "$out/stop"
+		wait "$checker" 2>/dev/null || true
+		checker=
+	fi
+}
 cleanup() {
-	touch "$out/stop"
-	wait "$checker" 2>/dev/null || true
+	stop_checker
 	rm -f "$vram" "$vram2"
 }
 trap cleanup EXIT
 
+# Fresh results, sparse disks and VRAM, and the host's BAR checker, for
+# every boot.
+prepare() {
+	stop_checker
+	rm -rf "$out"
+	mkdir -p "$out/req" "$out/resp" "$out/tap"
+	rm -f "$vm/nvme0.img" "$vm/nvme1.img" "$vram" "$vram2"
+	truncate -s 4G "$vm/nvme0.img"
+	truncate -s 256M "$vm/nvme1.img"
+	truncate -s 512M "$vram"
+	truncate -s 64M "$vram2"
+	"$vm/barcheck" "$vram" serve "$out" &
+	checker=$!
+}
+
 # Multi-threaded TCG. On a two-core host loaded by a kernel build a halted
 # vCPU was once seen to take no interrupt for minutes (RCU stalls, I/O that
-# never completed); the run then fails on the report. FGDS_TCG_THREAD=single
-# runs the vCPUs on one thread (much slower here).
+# never completed); the run then fails on the report. On an idle host the
+# whole guest has stalled so (see watch_guest). FGDS_TCG_THREAD=single runs
+# the vCPUs on one thread (much slower here).
 accel=tcg,thread=${FGDS_TCG_THREAD:-multi}
 if [ "${FGDS_ACCEL:-tcg}" = kvm ]; then
 	if "$FGDS_VM/probe-kvm.sh" "$bzimage"; then
@@ -88,12 +113,13 @@ append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose"
 append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1 printk.devkmsg=on"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg"
 
-# One boot: QEMU in the background, its pid in $qemu.
 boot() {
 	: >"$log"
+	: >"$qlog"
 	timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
 		-M q35 -accel "$accel" -cpu max -smp 2 -m 3G \
 		-display none -vga none -nic none -monitor none -no-reboot -serial "file:$log" \
+		-d cpu_reset,trace:qemu_system_shutdown_request -D "$qlog" \
 		-kernel "$bzimage" -append "$append" \
 		-fsdev local,id=root,path="$FGDS_ROOT",security_model=none,readonly=on \
 		-device virtio-9p-pci,fsdev=root,mount_tag=fgdsroot \
@@ -119,47 +145,123 @@ boot() {
 	qemu=$!
 }
 
+# SIGKILL, not timeout(1)'s SIGTERM: a stalled QEMU may not get to handle it.
+kill_qemu() {
+	pkill -KILL -P "$qemu"
+}
+
+# CPU time (clock ticks) QEMU has used so far, nothing once it is gone;
+# $qemu is timeout(1)'s pid.
+qemu_ticks() {
+	local pid
+	pid=$(pgrep -P "$qemu" | head -n1)
+	[ -n "$pid" ] && sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }'
+}
+
+output_size() {
+	echo $(($(stat -c %s "$log" 2>/dev/null || echo 0) + $(stat -c %s "$out/guest.log" 2>/dev/null || echo 0)))
+}
+
+# Watch a booted guest until QEMU ends. A guest silent for stall_s while
+# QEMU used less than 5% of a CPU is stalled: a healthy idle guest under
+# TCG keeps QEMU at 10% or more (timer ticks, the idle loop), every test
+# prints within a minute or two, and a hung task is reported after 120 s.
+# QEMU is then killed and $stalled set.
+watch_guest() {
+	local size last=-1 quiet=0 t0 now hz
+	hz=$(getconf CLK_TCK)
+	stalled=0
+	t0=$(qemu_ticks)
+	while kill -0 "$qemu" 2>/dev/null; do
+		sleep 5
+		size=$(output_size)
+		if [ "$size" != "$last" ]; then
+			last=$size quiet=0 t0=$(qemu_ticks)
+			continue
+		fi
+		quiet=$((quiet + 5))
+		[ "$stall_s" -gt 0 ] && [ $quiet -ge "$stall_s" ] || continue
+		now=$(qemu_ticks)
+		[ -n "$now" ] || continue
+		if [ -n "$t0" ] && [ $((now - t0)) -lt $((stall_s * hz / 20)) ]; then
+			stalled=1
+			kill_qemu
+			return
+		fi
+		quiet=0 t0=$now
+	done
+}
+
+# Why the guest of this boot did not finish, in words.
+cause() {
+	if [ "$stalled" = 1 ] && [ "$waited" -ge "$boot_s" ]; then
+		echo "it did not reach init in ${boot_s}s"
+	elif [ "$stalled" = 1 ]; then
+		echo "it stalled: no output for ${stall_s}s and QEMU all but idle"
+	elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		echo "the watchdog killed it after ${timeout_s}s"
+	elif grep -q "Triple fault" "$qlog"; then
+		echo "it triple-faulted (QEMU reset the CPUs; see $qlog)"
+	elif [ "$rc" -ne 0 ]; then
+		echo "QEMU exited with status $rc"
+	elif grep -qE 'shutdown_request reason=6\b' "$qlog"; then
+		echo "it powered off before finishing"
+	else
+		# -no-reboot: QEMU ends at a reset, without tracing the request.
+		echo "it reset the machine (a reboot, or a panic) with nothing on the console"
+	fi
+}
+
 # The kernel reaches init in about a minute (debug kernel, TCG). A boot that
-# has not reached it in boot_s stalled before fgds ran at all: it is shown,
-# and retried once.
+# has not reached it in boot_s stalled before fgds ran at all.
 boot_s=${FGDS_VM_BOOT_TIMEOUT:-600}
-log "booting ($cfg kernel, $mode, console: $log)"
+stall_s=${FGDS_VM_STALL_TIMEOUT:-300}
+status=0
 set +e
 for attempt in 1 2; do
+	prepare
+	log "booting ($cfg kernel, $mode, console: $log)"
 	boot
-	waited=0
+	waited=0 stalled=0 rc=0
 	while kill -0 $qemu 2>/dev/null && ! grep -qaE '\] fgds-guest: mode' "$log"; do
 		if [ $waited -ge "$boot_s" ]; then
-			log "boot $attempt stalled: no init after ${boot_s}s"
-			log "its console ended with:"
-			tail -n 40 "$log" | sed 's/^/fgds-vm: console: /' >&2
-			kill $qemu
-			wait $qemu
-			cp "$log" "$log.stalled-$attempt"
-			continue 2
+			stalled=1
+			kill_qemu
+			break
 		fi
 		sleep 2
 		waited=$((waited + 2))
 	done
-	break
+	if [ $stalled = 0 ]; then
+		# Show the guest's output as it grows.
+		tail -n +1 -F --pid=$qemu "$out/guest.log" 2>/dev/null &
+		watch_guest
+	fi
+	# (Quiet: bash would print a QEMU killed by a signal with its command line.)
+	wait $qemu 2>/dev/null
+	rc=$?
+	sleep 0.5
+	grep -qaE '\] fgds-guest: done' "$log" && break
+
+	why=$(cause)
+	log "attempt $attempt: the guest did not finish: $why; its console ended with:"
+	tail -n 40 "$log" | sed 's/^/fgds-vm: console: /' >&2
+	status=1
+	# Run once more only after a silent stop: a kernel report, or a guest
+	# that was still busy when the watchdog fired, fails the run now.
+	if [ $attempt = 2 ] || ! "$FGDS_VM/scan-log.sh" "$log" 2>/dev/null ||
+		{ [ $stalled = 0 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; }; then
+		break
+	fi
+	for f in "$log" "$qlog" "$out/guest.log"; do
+		cp "$f" "$vm/$(basename "$f").attempt-1" 2>/dev/null
+	done
+	echo "attempt 1: $why (logs: $vm/*.attempt-1)" >"$vm/retried"
+	log "running $mode once more, on fresh disks and VRAM"
+	status=0
 done
-# Show the guest's output as it grows.
-tail -n +1 -F --pid=$qemu "$out/guest.log" 2>/dev/null &
-wait $qemu
-rc=$?
-sleep 0.5
 set -e
 
-status=0
-if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-	log "watchdog: the VM did not finish in ${timeout_s}s and was killed"
-	status=1
-fi
 grep -aE '\] fgds-guest: exit' "$log" | sed 's/^\[[^]]*\] //' || true
-if ! grep -qaE '\] fgds-guest: done' "$log"; then
-	log "the guest did not finish (see $log); its console ended with:"
-	tail -n 60 "$log" | sed 's/^/fgds-vm: console: /' >&2
-	status=1
-fi
 "$FGDS_VM/scan-log.sh" "$log" || status=1
 exit $status
