@@ -46,7 +46,7 @@ def table(head, rows):
 
 def vm_section(doc, img):
     rows = doc["rows"]
-    engines = [e for e in ("host", "fgds", "fgds-vec", "fgds-lib", "bounce", "p2pmem") if any(r["engine"] == e for r in rows)]
+    engines = [e for e in ("host", "fgds", "fgds-vec", "fgds-lib", "fgds-batch", "bounce", "p2pmem") if any(r["engine"] == e for r in rows)]
     keys = sorted({(r["rw"], r["block_size"], r["queue_depth"]) for r in rows}, key=lambda k: (k[0], k[1], k[2]))
     by = {(r["rw"], r["block_size"], r["queue_depth"], r["engine"]): r for r in rows}
     tput, cpu, miss_ratio, miss_cpu = [], [], [], []
@@ -76,7 +76,9 @@ def vm_section(doc, img):
         "every path. `host` is O_DIRECT into host memory (the ceiling); `fgds` O_DIRECT into an",
         "fgds mapping of the stand-in's BAR through io_uring; `fgds-vec` READV/WRITEV of 4",
         "segments in 4 registrations; `fgds-lib` libfgds's engine (one call of the request size,",
-        "chunked); `bounce` O_DIRECT through host memory plus a CPU copy to or from the BAR;",
+        "chunked: the queue depth is the engine's per call, so small requests run one at a",
+        "time); `fgds-batch` libfgds's Batch API with the row's queue depth of requests in",
+        "flight; `bounce` O_DIRECT through host memory plus a CPU copy to or from the BAR;",
         "`p2pmem` O_DIRECT into the second NVMe's CMB (upstream p2pmem). CPU is the whole",
         "guest's busy time (user, system, irq, softirq) per GiB moved.",
         "",

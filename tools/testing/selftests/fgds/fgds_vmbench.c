@@ -10,6 +10,8 @@
  *   fgds-vec  the same with READV/WRITEV of 4 segments in 4 registrations
  *   fgds-lib  libfgds's engine (fgds_read/fgds_write: chunks in parallel
  *             through io_uring, queue depth = the row's)
+ *   fgds-batch libfgds's Batch API: the row's queue depth of requests in
+ *             flight (fgds_batch_submit/fgds_batch_wait), library defaults
  *   bounce    O_DIRECT through host memory plus a CPU copy to/from the BAR
  *   p2pmem    O_DIRECT between the file and the second NVMe's CMB, the
  *             upstream p2pmem path (sysfs p2pmem/allocate)
@@ -43,9 +45,9 @@
 #define LIB_LEN (128 * MiB)
 #define MAX_QD 64
 
-enum engine { HOST, FGDS, FGDS_VEC, FGDS_LIB, BOUNCE, P2PMEM, NR_ENGINES };
+enum engine { HOST, FGDS, FGDS_VEC, FGDS_LIB, FGDS_BATCH, BOUNCE, P2PMEM, NR_ENGINES };
 static const char *const engine_name[NR_ENGINES] = {
-	"host", "fgds", "fgds-vec", "fgds-lib", "bounce", "p2pmem",
+	"host", "fgds", "fgds-vec", "fgds-lib", "fgds-batch", "bounce", "p2pmem",
 };
 
 struct ctx {
@@ -181,6 +183,62 @@ static size_t run_lib(struct ctx *c, int write, size_t bs, size_t total)
 	return moved;
 }
 
+/* @qd requests of @bs in flight through one libfgds batch. */
+static size_t run_batch(struct ctx *c, int write, size_t bs, int qd, size_t total)
+{
+	struct fgds_io_event ev[MAX_QD];
+	size_t next = 0, done = 0, nreq = total / bs;
+	int batch = fgds_batch_create(qd), inflight = 0;
+
+	if (batch < 0) {
+		fprintf(stderr, "fgds_vmbench: fgds-batch: %s\n", fgds_last_error());
+		return 0;
+	}
+	while (done < nreq) {
+		struct fgds_io_params p[MAX_QD];
+		int n = 0, got;
+
+		while (inflight + n < qd && next < nreq) {
+			p[n] = (struct fgds_io_params){
+				.handle = c->lib,
+				.opcode = write ? FGDS_OP_WRITE : FGDS_OP_READ,
+				.cookie = next,
+				.file_offset = (next * bs) % FILE_LEN,
+				.base = c->lib_buf,
+				.buf_offset = win(next, bs, LIB_LEN),
+				.size = bs,
+			};
+			next++;
+			n++;
+		}
+		if (n && fgds_batch_submit(batch, p, n) < 0)
+			goto fail;
+		inflight += n;
+		got = fgds_batch_wait(batch, 1, MAX_QD, ev, -1);
+		if (got < 0)
+			goto fail;
+		for (int i = 0; i < got; i++) {
+			int64_t res = ev[i].result;
+
+			if (ev[i].status != FGDS_STATUS_COMPLETE || res != (int64_t)bs) {
+				fprintf(stderr, "fgds_vmbench: fgds-batch %s bs %zu: %s\n",
+					write ? "write" : "read", bs,
+					res < 0 ? fgds_strerror((int)res) : "short");
+				fgds_batch_destroy(batch);
+				return 0;
+			}
+		}
+		inflight -= got;
+		done += got;
+	}
+	fgds_batch_destroy(batch);
+	return done * bs;
+fail:
+	fprintf(stderr, "fgds_vmbench: fgds-batch: %s\n", fgds_last_error());
+	fgds_batch_destroy(batch);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 4096, 64 * 1024, MiB, 16 * MiB, 64 * MiB };
@@ -283,8 +341,8 @@ int main(int argc, char **argv)
 						continue;
 					if (e == FGDS_VEC && bs < 16 * 1024)
 						continue;
-					if (e == FGDS_LIB) {
-						cfg.queue_depth = qd;
+					if (e == FGDS_LIB || e == FGDS_BATCH) {
+						cfg.queue_depth = e == FGDS_LIB ? qd : 0;
 						cfg.flags = FGDS_CONFIG_STRICT;
 						c.lib = fgds_open_fd(c.file, &cfg);
 						if (c.lib < 0)
@@ -292,13 +350,17 @@ int main(int argc, char **argv)
 					}
 					b0 = busy_seconds();
 					t0 = fgds_now();
-					moved = e == FGDS_LIB ? run_lib(&c, write, bs, total) :
-						run_uring(&c, e, write, bs, qd,
-							  e == P2PMEM && total > 8 * MiB ?
-							  8 * MiB : total);
+					if (e == FGDS_LIB)
+						moved = run_lib(&c, write, bs, total);
+					else if (e == FGDS_BATCH)
+						moved = run_batch(&c, write, bs, qd, total);
+					else
+						moved = run_uring(&c, e, write, bs, qd,
+								  e == P2PMEM && total > 8 * MiB ?
+								  8 * MiB : total);
 					secs = fgds_now() - t0;
 					cpu = busy_seconds() - b0;
-					if (e == FGDS_LIB)
+					if (e == FGDS_LIB || e == FGDS_BATCH)
 						fgds_close(c.lib);
 					if (!moved)
 						continue;
