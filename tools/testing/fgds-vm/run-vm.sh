@@ -43,6 +43,11 @@ mode=${1:?usage: run-vm.sh MODE}
 [ -f "$FGDS_VM/guest/$mode.sh" ] || die "no guest mode '$mode' (see $FGDS_VM/guest/)"
 cfg=$(fgds_kconfig)
 timeout_s=${FGDS_VM_TIMEOUT:-2700}
+boot_s=${FGDS_VM_BOOT_TIMEOUT:-600}
+stall_s=${FGDS_VM_STALL_TIMEOUT:-300}
+for v in FGDS_VM_TIMEOUT=$timeout_s FGDS_VM_BOOT_TIMEOUT=$boot_s FGDS_VM_STALL_TIMEOUT=$stall_s; do
+	[[ ${v#*=} =~ ^[0-9]+$ ]] || die "${v%%=*} is '${v#*=}': give a number of seconds"
+done
 
 if [ -n "${FGDS_VM_BUILT:-}" ]; then
 	# check.sh has just built both (it sets this to the bzImage's path).
@@ -192,13 +197,18 @@ watch_guest() {
 	done
 }
 
+# timeout(1) ended QEMU (TERM, or KILL 10 s later), not watch_guest.
+watchdog_fired() {
+	[ "$stalled" = 0 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }
+}
+
 # Why the guest of this boot did not finish, in words.
 cause() {
 	if [ "$stalled" = 1 ] && [ "$waited" -ge "$boot_s" ]; then
 		echo "it did not reach init in ${boot_s}s"
 	elif [ "$stalled" = 1 ]; then
 		echo "it stalled: no output for ${stall_s}s and QEMU all but idle"
-	elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+	elif watchdog_fired; then
 		echo "the watchdog killed it after ${timeout_s}s"
 	elif grep -q "Triple fault" "$qlog"; then
 		echo "it triple-faulted (QEMU reset the CPUs; see $qlog)"
@@ -214,8 +224,6 @@ cause() {
 
 # The kernel reaches init in about a minute (debug kernel, TCG). A boot that
 # has not reached it in boot_s stalled before fgds ran at all.
-boot_s=${FGDS_VM_BOOT_TIMEOUT:-600}
-stall_s=${FGDS_VM_STALL_TIMEOUT:-300}
 status=0
 set +e
 for attempt in 1 2; do
@@ -249,8 +257,7 @@ for attempt in 1 2; do
 	status=1
 	# Run once more only after a silent stop: a kernel report, or a guest
 	# that was still busy when the watchdog fired, fails the run now.
-	if [ $attempt = 2 ] || ! "$FGDS_VM/scan-log.sh" "$log" 2>/dev/null ||
-		{ [ $stalled = 0 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; }; then
+	if [ $attempt = 2 ] || watchdog_fired || ! "$FGDS_VM/scan-log.sh" "$log" 2>/dev/null; then
 		break
 	fi
 	for f in "$log" "$qlog" "$out/guest.log"; do

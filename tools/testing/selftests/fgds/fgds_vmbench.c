@@ -189,6 +189,7 @@ static size_t run_batch(struct ctx *c, int write, size_t bs, int qd, size_t tota
 	struct fgds_io_event ev[MAX_QD];
 	size_t next = 0, done = 0, nreq = total / bs;
 	int batch = fgds_batch_create(qd), inflight = 0;
+	const char *err = NULL;
 
 	if (batch < 0) {
 		fprintf(stderr, "fgds_vmbench: fgds-batch: %s\n", fgds_last_error());
@@ -212,31 +213,27 @@ static size_t run_batch(struct ctx *c, int write, size_t bs, int qd, size_t tota
 			n++;
 		}
 		if (n && fgds_batch_submit(batch, p, n) < 0)
-			goto fail;
+			err = fgds_last_error();
 		inflight += n;
-		got = fgds_batch_wait(batch, 1, MAX_QD, ev, -1);
+		got = err ? 0 : fgds_batch_wait(batch, 1, MAX_QD, ev, -1);
 		if (got < 0)
-			goto fail;
-		for (int i = 0; i < got; i++) {
+			err = fgds_last_error();
+		for (int i = 0; i < got && !err; i++) {
 			int64_t res = ev[i].result;
 
-			if (ev[i].status != FGDS_STATUS_COMPLETE || res != (int64_t)bs) {
-				fprintf(stderr, "fgds_vmbench: fgds-batch %s bs %zu: %s\n",
-					write ? "write" : "read", bs,
-					res < 0 ? fgds_strerror((int)res) : "short");
-				fgds_batch_destroy(batch);
-				return 0;
-			}
+			if (ev[i].status != FGDS_STATUS_COMPLETE || res != (int64_t)bs)
+				err = res < 0 ? fgds_strerror((int)res) : "short transfer";
+		}
+		if (err) {
+			fprintf(stderr, "fgds_vmbench: fgds-batch %s bs %zu: %s\n",
+				write ? "write" : "read", bs, err);
+			break;
 		}
 		inflight -= got;
 		done += got;
 	}
 	fgds_batch_destroy(batch);
-	return done * bs;
-fail:
-	fprintf(stderr, "fgds_vmbench: fgds-batch: %s\n", fgds_last_error());
-	fgds_batch_destroy(batch);
-	return 0;
+	return err ? 0 : done * bs;
 }
 
 int main(int argc, char **argv)
