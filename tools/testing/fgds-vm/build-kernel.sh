@@ -71,12 +71,19 @@ if [ ! -f "$OBJ/.config" ] || [ "$(cat "$OBJ/.fgds-config" 2>/dev/null)" != "$cf
 		/fgds/linux/scripts/kconfig/merge_config.sh -m -O . .config ${frags[*]/#//fgds/cfg/} >/dev/null &&
 		$K olddefconfig" || die "kernel configuration failed"
 	# Every y/m the fragments ask for must have survived (a dependency
-	# missing silently drops a symbol).
+	# missing silently drops a symbol), and every symbol they turn off
+	# must be off (a select silently keeps one).
 	lost=$(cd "$FGDS_VM/configs" && cat "${frags[@]}" |
 		grep -E '^CONFIG_[A-Z0-9_]+=[ym]$' | while read -r l; do
 			grep -qx "$l" "$OBJ/.config" || echo "$l"
 		done)
 	[ -z "$lost" ] || die "kernel config dropped: $(echo $lost)"
+	kept=$(cd "$FGDS_VM/configs" && cat "${frags[@]}" |
+		sed -nE 's/^# (CONFIG_[A-Z0-9_]+) is not set$/\1/p; s/^(CONFIG_[A-Z0-9_]+)=n$/\1/p' |
+		while read -r s; do
+			! grep -qE "^$s=[ym]$" "$OBJ/.config" || echo "$s"
+		done)
+	[ -z "$kept" ] || die "kernel config kept what the fragments turn off: $(echo $kept)"
 	echo "$cfg_id" >"$OBJ/.fgds-config"
 fi
 
