@@ -87,7 +87,7 @@ if [ ! -f "$OBJ/.config" ] || [ "$(cat "$OBJ/.fgds-config" 2>/dev/null)" != "$cf
 	echo "$cfg_id" >"$OBJ/.fgds-config"
 fi
 
-log "building $cfg kernel (incremental; a cold build takes about 30 minutes on 2 cores)"
+log "building $cfg kernel (incremental; a cold build takes 15 to 30 minutes on 2 cores)"
 inroot sh -c "$K bzImage modules >/fgds/kbuild-$cfg/build.log 2>&1" ||
 	{ tail -n 40 "$OBJ/build.log" >&2; die "kernel build failed: see $OBJ/build.log"; }
 rm -rf --one-file-system "$MODS"
