@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use io_uring::{opcode, types, IoUring};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -355,7 +356,21 @@ struct Entry {
     cookie: u64,
     seq: u64,
     result: Option<Result<usize>>,
-    cancel: Arc<AtomicBool>,
+    /// The flag a worker thread running the request checks; a request on
+    /// the batch's ring gets one only if it moves to a worker thread.
+    cancel: Option<Arc<AtomicBool>>,
+    /// [`Batch::cancel`] asked for it (before it had a flag).
+    canceled: bool,
+}
+
+impl Entry {
+    /// The request's cancel flag, made on first use.
+    fn cancel_flag(&mut self) -> Arc<AtomicBool> {
+        let canceled = self.canceled;
+        self.cancel
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(canceled)))
+            .clone()
+    }
 }
 
 struct Shared {
@@ -406,13 +421,40 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 /// same file and host); fio's engine, one per call, at 285 and 385.
 const SUBMIT_GROUP: usize = 2;
 
+/// Hashes a request's seq (unique, counted up) with one multiplication
+/// (Fibonacci hashing, which spreads consecutive seqs over the high bits the
+/// table also uses) instead of SipHash: the ring's map is looked up twice
+/// per request, and its keys come from this batch, not from an adversary.
+#[derive(Default)]
+struct SeqHasher(u64);
+
+const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for SeqHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(FIB);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(FIB);
+    }
+}
+
 /// A batch's own io_uring (see the module documentation).
 struct BatchRing {
     ring: IoUring,
     /// Requests on the ring, by seq. Their parameters hold the file and the
     /// buffer, so the memory the kernel transfers to stays alive until the
     /// request's completion has been reaped.
-    flights: HashMap<u64, (IoParams, usize)>,
+    flights: HashMap<u64, (IoParams, usize), BuildHasherDefault<SeqHasher>>,
+    /// Completions copied out of the ring, kept to reuse its memory.
+    cqes: Vec<(u64, i32)>,
     /// The eventfd poll is on the ring.
     poll_armed: bool,
 }
@@ -444,7 +486,8 @@ impl BatchRing {
         }
         Some(BatchRing {
             ring,
-            flights: HashMap::new(),
+            flights: HashMap::default(),
+            cqes: Vec::new(),
             poll_armed: false,
         })
     }
@@ -592,30 +635,32 @@ impl Batch {
                 requested: params.len(),
             });
         }
-        let mut on_ring = false;
         for p in params {
             self.seq += 1;
             let seq = self.seq;
-            let cancel = Arc::new(AtomicBool::new(false));
             g.push(Entry {
                 cookie: p.cookie,
                 seq,
                 result: None,
-                cancel: cancel.clone(),
+                cancel: None,
+                canceled: false,
             });
             if self.ring_submit(p, seq) {
-                on_ring = true;
                 continue;
             }
+            let cancel = g.last_mut().map(Entry::cancel_flag).unwrap_or_default();
             if let Err(e) = spawn_entry(&shared, p.clone(), seq, cancel) {
                 g.retain(|e| e.seq != seq);
                 return Err(e);
             }
         }
         drop(g);
-        if let (true, Some(r)) = (on_ring, self.ring.as_mut()) {
-            // What this does not submit (EINTR, EAGAIN), the next wait does.
-            let _ = r.ring.submit();
+        if let Some(r) = self.ring.as_mut() {
+            if !r.ring.submission().is_empty() {
+                // What this does not submit (EINTR, EAGAIN), the next wait
+                // does.
+                let _ = r.ring.submit();
+            }
         }
         Ok(())
     }
@@ -671,12 +716,11 @@ impl Batch {
         let Some(r) = self.ring.as_mut() else {
             return;
         };
-        let cqes: Vec<(u64, i32)> = r
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
+        let mut cqes = std::mem::take(&mut r.cqes);
+        cqes.clear();
+        cqes.extend(r.ring.completion().map(|c| (c.user_data(), c.result())));
         if cqes.is_empty() {
+            r.cqes = cqes;
             return;
         }
         let mut g = self
@@ -684,7 +728,7 @@ impl Batch {
             .entries
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for (seq, res) in cqes {
+        for &(seq, res) in &cqes {
             if seq == POLL_TAG {
                 r.poll_armed = false;
                 if let Some(fd) = self.shared.wake.get() {
@@ -704,12 +748,14 @@ impl Batch {
             if usize::try_from(res).is_ok_and(|n| n == len) {
                 count_direct(&p.file, p.op, len);
                 e.result = Some(Ok(len));
-            } else if let Err(err) = spawn_entry(&self.shared, p, seq, e.cancel.clone()) {
+            } else if let Err(err) = spawn_entry(&self.shared, p, seq, e.cancel_flag()) {
                 e.result = Some(Err(err));
             }
         }
         drop(g);
-        self.shared.cv.notify_all();
+        r.cqes = cqes;
+        // No condition variable to signal: only the owner of the batch
+        // (&mut self) waits on it, and that is this thread.
     }
 
     /// Blocks until the ring or a worker thread finishes a request, or
@@ -837,14 +883,17 @@ impl Batch {
     /// [`Status::Canceled`], running ones stop between chunks. Returns how
     /// many were still unfinished.
     pub fn cancel(&mut self) -> usize {
-        let g = self
+        let mut g = self
             .shared
             .entries
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let mut n = 0;
-        for e in g.iter().filter(|e| e.result.is_none()) {
-            e.cancel.store(true, Ordering::Release);
+        for e in g.iter_mut().filter(|e| e.result.is_none()) {
+            match &e.cancel {
+                Some(c) => c.store(true, Ordering::Release),
+                None => e.canceled = true,
+            }
             n += 1;
         }
         drop(g);
@@ -905,7 +954,8 @@ impl Batch {
                 cookie: e.cookie,
                 seq: self.seq,
                 result: Some(result),
-                cancel: Arc::new(AtomicBool::new(false)),
+                cancel: None,
+                canceled: false,
             });
         }
     }

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// Page size used for host allocations.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
+    // Asked once: every request's alignment check needs it.
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+    })
 }
 
 /// What kind of memory a [`Buffer`] holds.

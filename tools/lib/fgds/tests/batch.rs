@@ -311,6 +311,38 @@ fn batch_ring_and_threads_together() {
     assert_eq!(batch.in_flight(), 0);
 }
 
+/// A request on the ring that must move to an I/O thread (it came back
+/// short at the end of the file) after the batch was cancelled ends
+/// Canceled there: the cancel reaches it although it had no worker-thread
+/// flag when cancel() ran.
+#[test]
+fn batch_ring_cancel_follows_to_the_engine() {
+    let d = tmpdir();
+    let data = random_bytes(4096 + 1000, 40);
+    let p = file_with(&d, "f", &data);
+    let f = Arc::new(open_rw(&p, batch_config()));
+    let b = Arc::new(host(8192));
+    // 8 KiB at offset 4096: aligned, one chunk, so on the ring; 1000
+    // bytes are there.
+    let short = plain_request(&f, &b, 7, Op::Read, 4096, 0, 8192);
+    let mut batch = Batch::new(1).unwrap();
+    batch.submit(std::slice::from_ref(&short)).unwrap();
+    // Nothing has been reaped yet: the completion (short or ECANCELED) is
+    // seen after cancel().
+    assert_eq!(batch.cancel(), 1);
+    let ev = batch.wait(1, Some(Duration::from_secs(30)));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].cookie, ev[0].status, ev[0].result),
+        (7, Status::Canceled, -i64::from(libc::ECANCELED))
+    );
+    // Not cancelled, the engine finishes it.
+    batch.submit(std::slice::from_ref(&short)).unwrap();
+    let ev = batch.wait(1, Some(Duration::from_secs(30)));
+    assert_eq!((ev[0].status, ev[0].result), (Status::Complete, 1000));
+    assert_same(&b.read_bytes(0, 1000).unwrap(), &data[4096..]);
+}
+
 /// Cancelling and dropping a batch with requests on its ring: each ends
 /// Complete (with its bytes) or Canceled, and dropping waits for the rest.
 #[test]
