@@ -52,7 +52,15 @@ per second; avg latency is per call (fgds), per request (the others).
 Sequential offsets start at 0 and wrap at --file-size; random offsets are
 uniform over --file-size, aligned to the call size (fgds) or R (others),
 drawn afresh for every run, round and thread (fio: --randrepeat=0), so no
-engine reads what another has just brought into a cache.";
+engine reads what another has just brought into a cache.
+
+Placement: the scheduler may run one engine on the CPU that takes the
+disk's interrupts and the next elsewhere, which on a virtual machine moves
+small requests tens of percent (4 KiB reads one at a time: 63-68 MiB/s on
+that vCPU, 40-45 on the other, on this project's 2-core host). To compare
+engines rather than placements, start the whole run on the same CPUs, e.g.
+`taskset -c 0 fgds bench ...` (fio inherits it); host-suite.sh does
+(FGDS_BENCH_CPUS).";
 
 #[derive(Clone, Copy, Debug, ValueEnum, serde::Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]

@@ -84,6 +84,7 @@ def host_info(path, top):
         "background_procs_end": int(env.get("FGDS_BENCH_BG_END", "0") or 0),
         "background_start": env.get("FGDS_BENCH_BG_NAMES_START", ""),
         "background_end": env.get("FGDS_BENCH_BG_NAMES_END", ""),
+        "cpus": env.get("FGDS_BENCH_CPUS", ""),
     }
 
 
@@ -231,7 +232,7 @@ def main():
           f"file {h['file']} ({human(h['file_size'] or 0)}B)")
     print(f"load {h['loadavg_start']} -> {h['loadavg_end']}; other heavy work: "
           f"[{h['background_start'] or 'none'}] -> [{h['background_end'] or 'none'}]; "
-          f"suite {h['suite_seconds']} s")
+          f"suite {h['suite_seconds']} s; engines on CPUs {h['cpus'] or 'any'}")
     print()
     print_table(rows, verdict)
     print()

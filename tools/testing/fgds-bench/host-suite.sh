@@ -11,7 +11,13 @@
 # Rows: 1 MiB sequential and 4 KiB random, read and write, at queue depths
 # 1, 8 and 32; then a request-size sweep of sequential and random reads at
 # queue depth 8. Every row runs all engines in one `fgds bench` invocation,
-# FGDS_BENCH_REPEAT rounds with the engine order rotated. Prints a table,
+# FGDS_BENCH_REPEAT rounds with the engine order rotated, every engine on
+# the same CPU (FGDS_BENCH_CPUS): on a virtual machine the vCPU that takes
+# the disk's interrupt completes a thread waiting on it without waking
+# another vCPU, and 4 KiB reads one at a time ran at 63-68 MiB/s there and
+# 40-45 on the other vCPU (a bare io_uring loop on this project's 2-core
+# host), so engines the scheduler placed freely were compared across a coin
+# toss. Prints a table,
 # writes build/bench/host-suite.json (rows + host information) and PNG
 # plots in build/bench/plots (plot.py). This is a measurement, not a test:
 # nothing passes or fails on the figures.
@@ -23,7 +29,9 @@
 #   FGDS_BENCH_RAND_IOS  requests per random round, spread over the whole
 #                        file [32768, i.e. 128 MiB of 4 KiB]
 #   FGDS_BENCH_QDS       queue depths [1 8 32]
-#   FGDS_BENCH_REPEAT    rounds per row [3]
+#   FGDS_BENCH_REPEAT    rounds per row [5]
+#   FGDS_BENCH_CPUS      CPUs every engine runs on (a taskset -c list; fio
+#                        inherits it), empty for none [0]
 #   FGDS_BENCH_WRITES    0: skip the write rows [1]
 #   FGDS_BENCH_SWEEP     0: skip the request size sweep [1]
 #   FGDS_BENCH_OUT       output directory [build/bench]
@@ -37,7 +45,8 @@ fsize=${FGDS_BENCH_SIZE:-4G}
 seq_total=${FGDS_BENCH_SEQ:-512M}
 rand_ios=${FGDS_BENCH_RAND_IOS:-32768}
 qds=${FGDS_BENCH_QDS:-1 8 32}
-repeat=${FGDS_BENCH_REPEAT:-3}
+repeat=${FGDS_BENCH_REPEAT:-5}
+cpus=${FGDS_BENCH_CPUS-0}
 writes=${FGDS_BENCH_WRITES:-1}
 sweep=${FGDS_BENCH_SWEEP:-1}
 json=$out/host-suite.json
@@ -78,6 +87,14 @@ if ! command -v fio >/dev/null; then
 		die "apt-get install fio failed"
 fi
 command -v python3 >/dev/null || die "python3 is needed (apt-get install python3)"
+pin=()
+if [ -n "$cpus" ]; then
+	command -v taskset >/dev/null ||
+		die "taskset is needed to pin the engines (apt-get install util-linux), or set FGDS_BENCH_CPUS="
+	taskset -c "$cpus" true 2>/dev/null ||
+		die "FGDS_BENCH_CPUS=$cpus: not CPUs this process may run on (see nproc, taskset -p $$)"
+	pin=(taskset -c "$cpus")
+fi
 
 pkg=$(sed -n 's/^name = "\(.*\)"/\1/p' "$top/tools/fgds/Cargo.toml" | head -n1)
 log "building $pkg (release)"
@@ -97,6 +114,7 @@ bg_procs() { pgrep -fc "$bg_pattern" 2>/dev/null || true; }
 bg_names() { { pgrep -lf "$bg_pattern" 2>/dev/null || true; } | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 export FGDS_BENCH_LOAD_START FGDS_BENCH_BG_START FGDS_BENCH_BG_NAMES_START FGDS_BENCH_START
+export FGDS_BENCH_CPUS=$cpus
 FGDS_BENCH_LOAD_START=$(load)
 FGDS_BENCH_BG_START=$(bg_procs)
 FGDS_BENCH_BG_NAMES_START=$(bg_names)
@@ -127,7 +145,7 @@ cell() {
 	local t0=$SECONDS id
 	id=$runs/$(printf %03d "$n")
 	printf 'host-suite: [%2d] %-5s %-4s %7s qd %-3s ' "$n" "$rw" "$pat" "$req" "$qd" >&2
-	local cmd=("$fgds" bench -f "$file" --file-size "$fsize_b" --rw "$rw" --pattern "$pat"
+	local cmd=("${pin[@]}" "$fgds" bench -f "$file" --file-size "$fsize_b" --rw "$rw" --pattern "$pat"
 		"${args[@]}" -s "$total" --batch --baseline --fio --repeat "$repeat" --json)
 	printf '%s\n' "$section" "${cmd[*]}" >"$id.meta"
 	"${cmd[@]}" >"$id.json"
