@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use io_uring::{opcode, types, IoUring};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -356,19 +355,17 @@ struct Entry {
     cookie: u64,
     seq: u64,
     result: Option<Result<usize>>,
-    /// The flag a worker thread running the request checks; a request on
-    /// the batch's ring gets one only if it moves to a worker thread.
+    /// The flag a worker thread running the request checks. A request on
+    /// the batch's ring has none until it moves to a worker thread or
+    /// [`Batch::cancel`] sets one.
     cancel: Option<Arc<AtomicBool>>,
-    /// [`Batch::cancel`] asked for it (before it had a flag).
-    canceled: bool,
 }
 
 impl Entry {
-    /// The request's cancel flag, made on first use.
+    /// The request's cancel flag, made (unset) on first use.
     fn cancel_flag(&mut self) -> Arc<AtomicBool> {
-        let canceled = self.canceled;
         self.cancel
-            .get_or_insert_with(|| Arc::new(AtomicBool::new(canceled)))
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
             .clone()
     }
 }
@@ -421,40 +418,13 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 /// same file and host); fio's engine, one per call, at 285 and 385.
 const SUBMIT_GROUP: usize = 2;
 
-/// Hashes a request's seq (unique, counted up) with one multiplication
-/// (Fibonacci hashing, which spreads consecutive seqs over the high bits the
-/// table also uses) instead of SipHash: the ring's map is looked up twice
-/// per request, and its keys come from this batch, not from an adversary.
-#[derive(Default)]
-struct SeqHasher(u64);
-
-const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for SeqHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(FIB);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(FIB);
-    }
-}
-
 /// A batch's own io_uring (see the module documentation).
 struct BatchRing {
     ring: IoUring,
     /// Requests on the ring, by seq. Their parameters hold the file and the
     /// buffer, so the memory the kernel transfers to stays alive until the
     /// request's completion has been reaped.
-    flights: HashMap<u64, (IoParams, usize), BuildHasherDefault<SeqHasher>>,
-    /// Completions copied out of the ring, kept to reuse its memory.
-    cqes: Vec<(u64, i32)>,
+    flights: HashMap<u64, (IoParams, usize)>,
     /// The eventfd poll is on the ring.
     poll_armed: bool,
 }
@@ -486,8 +456,7 @@ impl BatchRing {
         }
         Some(BatchRing {
             ring,
-            flights: HashMap::default(),
-            cqes: Vec::new(),
+            flights: HashMap::new(),
             poll_armed: false,
         })
     }
@@ -638,17 +607,18 @@ impl Batch {
         for p in params {
             self.seq += 1;
             let seq = self.seq;
+            // Only this thread reaps the ring, after the entry is in.
+            let on_ring = self.ring_submit(p, seq);
+            let cancel = (!on_ring).then(|| Arc::new(AtomicBool::new(false)));
             g.push(Entry {
                 cookie: p.cookie,
                 seq,
                 result: None,
-                cancel: None,
-                canceled: false,
+                cancel: cancel.clone(),
             });
-            if self.ring_submit(p, seq) {
+            let Some(cancel) = cancel else {
                 continue;
-            }
-            let cancel = g.last_mut().map(Entry::cancel_flag).unwrap_or_default();
+            };
             if let Err(e) = spawn_entry(&shared, p.clone(), seq, cancel) {
                 g.retain(|e| e.seq != seq);
                 return Err(e);
@@ -716,11 +686,12 @@ impl Batch {
         let Some(r) = self.ring.as_mut() else {
             return;
         };
-        let mut cqes = std::mem::take(&mut r.cqes);
-        cqes.clear();
-        cqes.extend(r.ring.completion().map(|c| (c.user_data(), c.result())));
+        let cqes: Vec<(u64, i32)> = r
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
         if cqes.is_empty() {
-            r.cqes = cqes;
             return;
         }
         let mut g = self
@@ -728,7 +699,7 @@ impl Batch {
             .entries
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for &(seq, res) in &cqes {
+        for (seq, res) in cqes {
             if seq == POLL_TAG {
                 r.poll_armed = false;
                 if let Some(fd) = self.shared.wake.get() {
@@ -753,7 +724,6 @@ impl Batch {
             }
         }
         drop(g);
-        r.cqes = cqes;
         // No condition variable to signal: only the owner of the batch
         // (&mut self) waits on it, and that is this thread.
     }
@@ -890,10 +860,9 @@ impl Batch {
             .unwrap_or_else(|e| e.into_inner());
         let mut n = 0;
         for e in g.iter_mut().filter(|e| e.result.is_none()) {
-            match &e.cancel {
-                Some(c) => c.store(true, Ordering::Release),
-                None => e.canceled = true,
-            }
+            // A ring request's flag, made here, goes with it to a worker
+            // thread if its completion sends it there.
+            e.cancel_flag().store(true, Ordering::Release);
             n += 1;
         }
         drop(g);
@@ -955,7 +924,6 @@ impl Batch {
                 seq: self.seq,
                 result: Some(result),
                 cancel: None,
-                canceled: false,
             });
         }
     }
