@@ -92,7 +92,7 @@ if [ -n "$cpus" ]; then
 	command -v taskset >/dev/null ||
 		die "taskset is needed to pin the engines (apt-get install util-linux), or set FGDS_BENCH_CPUS="
 	taskset -c "$cpus" true 2>/dev/null ||
-		die "FGDS_BENCH_CPUS=$cpus: not CPUs this process may run on (see nproc, taskset -p $$)"
+		die "FGDS_BENCH_CPUS=$cpus: not a list of CPUs this process may run on (allowed: $(taskset -pc $$ | sed 's/.*: //')); give a taskset -c list such as 0 or 0-1, or empty for no pinning"
 	pin=(taskset -c "$cpus")
 fi
 
