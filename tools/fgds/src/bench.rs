@@ -32,6 +32,12 @@ and no cache dropping is needed):
   pread-pool    (--baseline) Q threads, each doing pread/pwrite of R bytes
                 on an O_DIRECT descriptor, taking the next offset from a
                 shared cursor (seq) or drawing random ones (rand).
+  io_uring-loop (--uring) a bare io_uring loop, no library: one thread
+                keeps Q requests of R bytes on a plain ring and hands each
+                to the kernel in a system call of its own, as fio's engine
+                does; measured the way the fgds-batch row is (same process,
+                same clock, same getrusage), so the two differ only by what
+                the library adds; host memory.
   fio-io_uring  (--fio) fio --ioengine=io_uring --direct=1 --bs=R
                 --iodepth=Q --numjobs=1 --norandommap on the same file,
                 region (--size=--file-size, --io_size=--size) and pattern
@@ -155,6 +161,10 @@ pub struct BenchArgs {
     /// Also run the library's Batch API with Q requests of R bytes in flight.
     #[arg(long)]
     batch: bool,
+    /// Also run a bare io_uring loop without the library (Q requests of R
+    /// bytes on a plain ring, one thread), measured like --batch.
+    #[arg(long)]
+    uring: bool,
     /// Also run fio (--ioengine=io_uring --direct=1, --iodepth=Q, --bs=R);
     /// fio must be on PATH.
     #[arg(long)]
@@ -649,10 +659,10 @@ fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     Ok(m)
 }
 
-fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
+/// The file with O_DIRECT, for the engines that bypass the library.
+fn open_direct(a: &BenchArgs) -> Result<std::fs::File, fgds::Error> {
     use std::os::unix::fs::OpenOptionsExt;
-    let g = geometry(a);
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .write(a.rw == Rw::Write)
         .custom_flags(libc::O_DIRECT)
@@ -660,7 +670,12 @@ fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         .map_err(|e| fgds::Error::Io {
             op: format!("open {} O_DIRECT", a.file.display()),
             source: e,
-        })?;
+        })
+}
+
+fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
+    let g = geometry(a);
+    let file = open_direct(a)?;
     let fd = file.as_raw_fd();
     let pb = progress(a, "pread pool");
     let lat_ns = AtomicU64::new(0);
@@ -724,6 +739,134 @@ fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         cpu_process: None,
     };
     Ok(m)
+}
+
+/// The error of a failed io_uring call of the bare loop.
+fn uring_err(op: &str, e: std::io::Error) -> fgds::Error {
+    fgds::Error::Io {
+        op: format!("io_uring-loop: {op}"),
+        source: e,
+    }
+}
+
+/// `--uring`: fio's io_uring engine reduced to its loop, in this process.
+/// One thread keeps Q requests of R bytes in flight on a ring of its own
+/// (COOP_TASKRUN where the kernel has it), submitting each request with a
+/// system call of its own and sleeping in the kernel only when the ring
+/// has no completion, as fio does; no library code runs. The difference to
+/// the fgds-batch row is what the Batch API adds per request.
+fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
+    use io_uring::{opcode, types, IoUring};
+    let g = geometry(a);
+    let q = g.inflight as usize;
+    let req = g.req as usize;
+    let len = u32::try_from(req).map_err(|_| {
+        fgds::Error::InvalidArgument(format!(
+            "--uring: requests of {req} bytes do not fit one io_uring read/write; use --chunk 2G or less"
+        ))
+    })?;
+    let file = open_direct(a)?;
+    let fd = types::Fd(file.as_raw_fd());
+    let buf = make_buffer(Mem::Host, g.req * q as u64)?;
+    let base = buf.base_addr() as *mut u8;
+    let entries = u32::try_from(q.next_power_of_two().max(8)).unwrap_or(4096);
+    let mut ring = IoUring::builder()
+        .setup_coop_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::new(entries))
+        .map_err(|e| uring_err("io_uring_setup", e))?;
+    let total_ops = a.size / g.req;
+    let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
+    let mut free: Vec<usize> = (0..q).rev().collect();
+    let pb = progress(a, "io_uring-loop");
+    let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
+    let t0 = Instant::now();
+    let mut started = vec![t0; q];
+    let (mut issued, mut done, mut bytes, mut lat_ns) = (0u64, 0u64, 0u64, 0u64);
+    let mut err: Option<fgds::Error> = None;
+    // Requests the kernel may still be transferring into buf.
+    let mut inflight = 0usize;
+    loop {
+        while err.is_none() && issued < total_ops {
+            let Some(slot) = free.pop() else { break };
+            // SAFETY: slot < q, so the request's R bytes lie inside buf.
+            let ptr = unsafe { base.add(slot * req) };
+            let off = gen.at(issued);
+            let sqe = match a.rw {
+                Rw::Read => opcode::Read::new(fd, ptr, len).offset(off).build(),
+                Rw::Write => opcode::Write::new(fd, ptr, len).offset(off).build(),
+            }
+            .user_data(slot as u64);
+            if let Some(t) = started.get_mut(slot) {
+                *t = Instant::now();
+            }
+            // SAFETY: the SQE points at buf, which stays alive until every
+            // request has been reaped (or is leaked below). The queue has
+            // room: each request is submitted before the next is queued.
+            if unsafe { ring.submission().push(&sqe) }.is_err() {
+                err = Some(uring_err("submission queue", std::io::Error::other("full")));
+                break;
+            }
+            issued += 1;
+            inflight += 1;
+            if let Err(e) = ring.submit() {
+                err = Some(uring_err("io_uring_enter", e));
+            }
+        }
+        if inflight == 0 {
+            break;
+        }
+        let mut reaped = 0;
+        for c in ring.completion() {
+            reaped += 1;
+            inflight -= 1;
+            let slot = c.user_data() as usize;
+            let n = c.result();
+            if n < 0 || n as usize != req {
+                let why = if n < 0 {
+                    std::io::Error::from_raw_os_error(-n)
+                } else {
+                    std::io::Error::other(format!("short transfer of {n} bytes"))
+                };
+                err.get_or_insert(uring_err(&format!("request of {req} bytes"), why));
+                continue;
+            }
+            if let Some(t) = started.get(slot) {
+                lat_ns += t.elapsed().as_nanos() as u64;
+            }
+            free.push(slot);
+            bytes += n as u64;
+            done += 1;
+            pb.inc(n as u64);
+        }
+        if reaped == 0 {
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    // Cannot wait for what is in flight: the memory it
+                    // points at must outlive it.
+                    std::mem::forget(buf);
+                    return Err(uring_err("io_uring_enter (wait)", e));
+                }
+            }
+        }
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
+    pb.finish_and_clear();
+    Ok(Measured {
+        bytes,
+        secs,
+        lat_ns,
+        lat_count: done,
+        cpu,
+        stats: None,
+        cpu_process: None,
+    })
 }
 
 /// What fio's JSON report says about the job.
@@ -918,6 +1061,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, fgds::Error> {
     }
     if a.baseline {
         engines.push(("pread-pool", run_baseline));
+    }
+    if a.uring {
+        engines.push(("io_uring-loop", run_uring));
     }
     if a.fio {
         engines.push(("fio-io_uring", run_fio));

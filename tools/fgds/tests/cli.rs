@@ -58,6 +58,60 @@ fn check_temp_file() {
     assert!(s.contains("not on a block device"), "{s}");
 }
 
+/// The bare io_uring loop (`--uring`) runs next to the Batch API, reading
+/// and writing, and each moves the bytes asked for.
+#[test]
+fn bench_uring_loop_next_to_batch() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("u");
+    for rw in ["read", "write"] {
+        let out = fgds()
+            .args([
+                "bench",
+                "-f",
+                p.to_str().unwrap(),
+                "--rw",
+                rw,
+                "--pattern",
+                "rand",
+                "--file-size",
+                "4M",
+                "-s",
+                "1M",
+                "-b",
+                "4K",
+                "--chunk",
+                "4K",
+                "-q",
+                "1",
+                "-t",
+                "4",
+                "--batch",
+                "--uring",
+                "--repeat",
+                "2",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{rw}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["in_flight"], 4, "{rw}");
+        let r = v["results"].as_array().unwrap();
+        let names: Vec<_> = r.iter().map(|x| x["engine"].as_str().unwrap()).collect();
+        assert_eq!(names, ["fgds", "fgds-batch", "io_uring-loop"], "{rw}");
+        for x in r {
+            // two rounds of 1 MiB each
+            assert_eq!(x["bytes"], 2 << 20, "{rw} {}", x["engine"]);
+            assert_eq!(x["runs"], 2, "{rw} {}", x["engine"]);
+        }
+    }
+}
+
 #[test]
 fn bench_small_with_baseline_json() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
