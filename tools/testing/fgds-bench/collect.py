@@ -215,7 +215,7 @@ def main():
     verdict = verdicts(rows)
     doc = {
         "suite": "host",
-        "description": "fgds library engine vs fio (io_uring) vs pread pool, O_DIRECT, "
+        "description": "fgds library engine vs fio (io_uring) vs a bare io_uring loop vs pread pool, O_DIRECT, "
                        "equal request size (block_size) and I/Os in flight (queue_depth); "
                        "see `fgds bench --help`",
         "host": host_info(os.path.abspath(a.file), top),

@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Host benchmark suite: the fgds library's engine against fio (io_uring
-# engine) and a pool of pread/pwrite threads, all O_DIRECT on one file of at
-# least 4 GiB, at equal request size and equal number of I/Os in flight
-# (see `fgds bench --help`). One command:
+# engine), a bare io_uring loop without the library (the floor of the
+# Batch API's ring path) and a pool of pread/pwrite threads, all O_DIRECT
+# on one file of at least 4 GiB, at equal request size and equal number of
+# I/Os in flight (see `fgds bench --help`). One command:
 #
 #   tools/testing/fgds-bench/host-suite.sh
 #
@@ -146,7 +147,7 @@ cell() {
 	id=$runs/$(printf %03d "$n")
 	printf 'host-suite: [%2d] %-5s %-4s %7s qd %-3s ' "$n" "$rw" "$pat" "$req" "$qd" >&2
 	local cmd=("${pin[@]}" "$fgds" bench -f "$file" --file-size "$fsize_b" --rw "$rw" --pattern "$pat"
-		"${args[@]}" -s "$total" --batch --baseline --fio --repeat "$repeat" --json)
+		"${args[@]}" -s "$total" --batch --uring --baseline --fio --repeat "$repeat" --json)
 	printf '%s\n' "$section" "${cmd[*]}" >"$id.meta"
 	"${cmd[@]}" >"$id.json"
 	printf '%3ds\n' $((SECONDS - t0)) >&2
