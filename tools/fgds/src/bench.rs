@@ -66,7 +66,17 @@ small requests tens of percent (4 KiB reads one at a time: 63-68 MiB/s on
 that vCPU, 40-45 on the other, on this project's 2-core host). To compare
 engines rather than placements, start the whole run on the same CPUs, e.g.
 `taskset -c 0 fgds bench ...` (fio inherits it); host-suite.sh does
-(FGDS_BENCH_CPUS).";
+(FGDS_BENCH_CPUS).
+
+Memory: the fgds row moves each call into a buffer of --bs bytes per
+thread; the other rows use R bytes per request in flight (fio: its own
+iodepth x bs), the same few pages over and over. Moving data into more
+memory costs by itself: 1 MiB sequential reads one at a time ran at
+863-932 MiB/s into one 1 MiB buffer and at 589-731 into 64 MiB of them
+taken in turn (the io_uring-loop, this project's host, a virtual disk).
+Compare the fgds row with the others at --bs = --chunk when one request
+is in flight; with more, a call of --bs bytes ends when its last chunk
+does, so short calls drain the queue and long ones use more memory.";
 
 #[derive(Clone, Copy, Debug, ValueEnum, serde::Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]

@@ -133,9 +133,19 @@ t_start=$SECONDS
 cell() {
 	local section=$1 rw=$2 pat=$3 req=$4 qd=$5 total call args
 	if [ "$pat" = seq ]; then
-		# one thread, the engine splitting big calls into REQ chunks, QD in flight
+		# one thread, the engine splitting big calls into REQ chunks, QD in
+		# flight. A call ends when its last chunk does, so with QD > 1 it
+		# must be long (64 MiB) for the pipeline not to drain at every
+		# call; one in flight needs no more than one chunk per call, and a
+		# longer call would only move the data into more memory than the
+		# other engines use (R x QD), which costs on its own (see
+		# docs/benchmarks.md).
 		total=$(min "$seq_b" $((rand_ios * req)))
-		call=$(min "$total" "$(max $((64 << 20)) $((req * qd)))")
+		if [ "$qd" -eq 1 ]; then
+			call=$req
+		else
+			call=$(min "$total" "$(max $((64 << 20)) $((req * qd)))")
+		fi
 		args=(-b "$call" --chunk "$req" -q "$qd" -t 1)
 	else
 		# a synchronous call of one request keeps one in flight: QD threads
