@@ -579,6 +579,62 @@ fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     Ok(m)
 }
 
+/// The requests one thread keeps in flight (fgds-batch, io_uring-loop):
+/// which of its Q buffer slots are free, when each request was issued and
+/// what the finished ones moved. Both engines count through it, so their
+/// rows are timed alike.
+struct InFlight {
+    free: Vec<usize>,
+    started: Vec<Instant>,
+    total: u64,
+    issued: u64,
+    done: u64,
+    bytes: u64,
+    lat_ns: u64,
+}
+
+impl InFlight {
+    fn new(q: usize, total: u64) -> Self {
+        InFlight {
+            free: (0..q).rev().collect(),
+            started: vec![Instant::now(); q],
+            total,
+            issued: 0,
+            done: 0,
+            bytes: 0,
+            lat_ns: 0,
+        }
+    }
+
+    /// A free slot and the request's index, while requests are left to
+    /// issue; the request counts as issued from now.
+    fn issue(&mut self) -> Option<(usize, u64)> {
+        if self.issued >= self.total {
+            return None;
+        }
+        let slot = self.free.pop()?;
+        if let Some(t) = self.started.get_mut(slot) {
+            *t = Instant::now();
+        }
+        self.issued += 1;
+        Some((slot, self.issued - 1))
+    }
+
+    /// The request in `slot` moved `n` bytes; the slot is free again.
+    fn finish(&mut self, slot: usize, n: u64) {
+        if let Some(t) = self.started.get(slot) {
+            self.lat_ns += t.elapsed().as_nanos() as u64;
+        }
+        self.free.push(slot);
+        self.bytes += n;
+        self.done += 1;
+    }
+
+    fn all_done(&self) -> bool {
+        self.done >= self.total
+    }
+}
+
 fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let g = geometry(a);
     let q = g.inflight as usize;
@@ -600,35 +656,27 @@ fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         Rw::Read => Op::Read,
         Rw::Write => Op::Write,
     };
-    let total_ops = a.size / g.req;
     let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
     let mut batch = Batch::new(q)?;
-    let mut free: Vec<usize> = (0..q).rev().collect();
     let pb = progress(a, "fgds-batch");
     let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
     let t0 = Instant::now();
-    let mut started = vec![t0; q];
-    let (mut issued, mut done, mut bytes, mut lat_ns) = (0u64, 0u64, 0u64, 0u64);
+    let mut fl = InFlight::new(q, a.size / g.req);
     let mut params = Vec::with_capacity(q);
-    while done < total_ops {
+    while !fl.all_done() {
         params.clear();
-        while issued < total_ops {
-            let Some(slot) = free.pop() else { break };
+        while let Some((slot, i)) = fl.issue() {
             params.push(IoParams {
                 cookie: slot as u64,
                 file: f.clone(),
                 op,
-                file_off: gen.at(issued),
+                file_off: gen.at(i),
                 target: IoTarget::Plain {
                     buffer: buf.clone(),
                     buf_off: slot * req,
                     size: req,
                 },
             });
-            if let Some(t) = started.get_mut(slot) {
-                *t = Instant::now();
-            }
-            issued += 1;
         }
         if !params.is_empty() {
             batch.submit(&params)?;
@@ -644,13 +692,7 @@ fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
                     source: std::io::Error::from_raw_os_error(e),
                 });
             }
-            let slot = ev.cookie as usize;
-            if let Some(t) = started.get(slot) {
-                lat_ns += t.elapsed().as_nanos() as u64;
-            }
-            free.push(slot);
-            bytes += ev.result as u64;
-            done += 1;
+            fl.finish(ev.cookie as usize, ev.result as u64);
             pb.inc(ev.result as u64);
         }
     }
@@ -658,10 +700,10 @@ fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
     pb.finish_and_clear();
     let m = Measured {
-        bytes,
+        bytes: fl.bytes,
         secs,
-        lat_ns,
-        lat_count: done,
+        lat_ns: fl.lat_ns,
+        lat_count: fl.done,
         cpu,
         stats: Some(f.stats()),
         cpu_process: None,
@@ -785,31 +827,25 @@ fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         .build(entries)
         .or_else(|_| IoUring::new(entries))
         .map_err(|e| uring_err("io_uring_setup", e))?;
-    let total_ops = a.size / g.req;
     let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
-    let mut free: Vec<usize> = (0..q).rev().collect();
     let pb = progress(a, "io_uring-loop");
     let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
     let t0 = Instant::now();
-    let mut started = vec![t0; q];
-    let (mut issued, mut done, mut bytes, mut lat_ns) = (0u64, 0u64, 0u64, 0u64);
+    let mut fl = InFlight::new(q, a.size / g.req);
     let mut err: Option<fgds::Error> = None;
     // Requests the kernel may still be transferring into buf.
     let mut inflight = 0usize;
     loop {
-        while err.is_none() && issued < total_ops {
-            let Some(slot) = free.pop() else { break };
+        while err.is_none() {
+            let Some((slot, i)) = fl.issue() else { break };
             // SAFETY: slot < q, so the request's R bytes lie inside buf.
             let ptr = unsafe { base.add(slot * req) };
-            let off = gen.at(issued);
+            let off = gen.at(i);
             let sqe = match a.rw {
                 Rw::Read => opcode::Read::new(fd, ptr, len).offset(off).build(),
                 Rw::Write => opcode::Write::new(fd, ptr, len).offset(off).build(),
             }
             .user_data(slot as u64);
-            if let Some(t) = started.get_mut(slot) {
-                *t = Instant::now();
-            }
             // SAFETY: the SQE points at buf, which stays alive until every
             // request has been reaped (or is leaked below). The queue has
             // room: each request is submitted before the next is queued.
@@ -817,7 +853,6 @@ fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
                 err = Some(uring_err("submission queue", std::io::Error::other("full")));
                 break;
             }
-            issued += 1;
             inflight += 1;
             if let Err(e) = ring.submit() {
                 err = Some(uring_err("io_uring_enter", e));
@@ -841,12 +876,7 @@ fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
                 err.get_or_insert(uring_err(&format!("request of {req} bytes"), why));
                 continue;
             }
-            if let Some(t) = started.get(slot) {
-                lat_ns += t.elapsed().as_nanos() as u64;
-            }
-            free.push(slot);
-            bytes += n as u64;
-            done += 1;
+            fl.finish(slot, n as u64);
             pb.inc(n as u64);
         }
         if reaped == 0 {
@@ -869,10 +899,10 @@ fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
     pb.finish_and_clear();
     Ok(Measured {
-        bytes,
+        bytes: fl.bytes,
         secs,
-        lat_ns,
-        lat_count: done,
+        lat_ns: fl.lat_ns,
+        lat_count: fl.done,
         cpu,
         stats: None,
         cpu_process: None,
