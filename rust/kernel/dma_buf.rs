@@ -92,25 +92,6 @@ impl DmaBuf {
         // SAFETY: `size` is set at export time and never changes.
         unsafe { (*self.as_raw()).size }
     }
-
-    /// Waits for the fences an importer must wait for before using the memory (the exporter's
-    /// moves and clears: `DMA_RESV_USAGE_KERNEL`). Interruptible: fails with `ERESTARTSYS`.
-    pub fn wait_kernel_fences(&self) -> Result {
-        // SAFETY: `resv` is valid for the lifetime of the buffer.
-        let ret = unsafe {
-            bindings::dma_resv_wait_timeout(
-                (*self.as_raw()).resv,
-                bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
-                true,
-                // MAX_SCHEDULE_TIMEOUT
-                crate::ffi::c_long::MAX as crate::ffi::c_ulong,
-            )
-        };
-        if ret < 0 {
-            return Err(Error::from_errno(ret as i32));
-        }
-        Ok(())
-    }
 }
 
 /// The importer side of a [`DynamicAttachment`].
@@ -121,7 +102,12 @@ pub trait Importer: Send + Sync + Sized {
     /// When this returns, the importer must have stopped every access to the memory (or fenced
     /// it in the reservation object). Unmapping through `attach` tells the exporter that the
     /// mapping is no longer used.
-    fn invalidate_mappings(&self, attach: &Locked<'_, Self>);
+    ///
+    /// The reservation lock is held by the exporter, so this is never called while the
+    /// importer holds a [`Guard`] of the same buffer, except from within an exporter operation
+    /// the importer calls under its guard; [`Locked::map`] is the only such operation, and the
+    /// mapping it returns does not exist yet while the exporter runs.
+    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>);
 }
 
 /// What the attachment's `importer_priv` points to.
@@ -237,13 +223,13 @@ impl<T: Importer> DynamicAttachment<T> {
         // SAFETY: See the comment above.
         let inner = unsafe { &*(*attach).importer_priv.cast::<Inner<T>>() };
         // INVARIANT: the dma-buf core holds the reservation lock across this callback.
-        let locked = Locked {
+        let mut locked = Locked {
             // SAFETY: `attach` is valid and non-null for the duration of the callback.
             attach: unsafe { NonNull::new_unchecked(attach) },
             inner,
             _p: PhantomData,
         };
-        inner.data.invalidate_mappings(&locked);
+        inner.data.invalidate_mappings(&mut locked);
     }
 }
 
@@ -271,7 +257,10 @@ pub struct Locked<'a, T: Importer> {
 impl<T: Importer> Locked<'_, T> {
     /// Maps the attachment for its device, if not mapped yet, and returns the mapping.
     ///
-    /// The addresses in the table are DMA addresses for the attached device.
+    /// The addresses in the table are DMA addresses for the attached device. The table is
+    /// borrowed from `self`: it cannot be used after [`Locked::unmap`], which needs `&mut self`,
+    /// nor after the lock is released.
+
     pub fn map(&self) -> Result<&SGTable> {
         // SAFETY: The reservation lock is held (type invariant), which protects `sgt`.
         let sgt = unsafe { &mut *self.inner.sgt.get() };
@@ -285,8 +274,8 @@ impl<T: Importer> Locked<'_, T> {
             // INVARIANT: `ptr` is a live mapping of the attachment.
             *sgt = ptr;
         }
-        // `sgt` is a valid mapping until it is unmapped, which needs `&self` too and
-        // the lock, so the borrow cannot outlive it.
+        // `sgt` is a valid mapping until it is unmapped, which needs `&mut self` (so not while
+        // this borrow of `self` lives) and the lock, which `self` holds for its lifetime.
         // SAFETY: See the comment above.
         Ok(unsafe { SGTable::from_raw(*sgt) })
     }
@@ -297,8 +286,32 @@ impl<T: Importer> Locked<'_, T> {
         !unsafe { *self.inner.sgt.get() }.is_null()
     }
 
+    /// Waits for the fences an importer must wait for before using the mapping (the exporter's
+    /// moves and clears: `DMA_RESV_USAGE_KERNEL`), as the dma-buf rules for dynamic importers
+    /// ask after [`Locked::map`]. Interruptible: fails with `ERESTARTSYS`.
+    pub fn wait_kernel_fences(&self) -> Result {
+        // The attachment is valid and so is its buffer's `resv`; the lock is held (type
+        // invariant), under which waiting is allowed.
+        // SAFETY: See the comment above.
+        let ret = unsafe {
+            bindings::dma_resv_wait_timeout(
+                (*(*self.attach.as_ptr()).dmabuf).resv,
+                bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+                true,
+                // MAX_SCHEDULE_TIMEOUT
+                crate::ffi::c_long::MAX as crate::ffi::c_ulong,
+            )
+        };
+        if ret < 0 {
+            return Err(Error::from_errno(ret as i32));
+        }
+        Ok(())
+    }
+
     /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
-    pub fn unmap(&self) {
+    ///
+    /// Takes `&mut self`, so no table returned by [`Locked::map`] is still borrowed.
+    pub fn unmap(&mut self) {
         // SAFETY: The reservation lock is held (type invariant).
         let sgt = unsafe { &mut *self.inner.sgt.get() };
         if !sgt.is_null() {
@@ -326,6 +339,12 @@ impl<'a, T: Importer> core::ops::Deref for Guard<'a, T> {
 
     fn deref(&self) -> &Self::Target {
         &self.locked
+    }
+}
+
+impl<T: Importer> core::ops::DerefMut for Guard<'_, T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.locked
     }
 }
 

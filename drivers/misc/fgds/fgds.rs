@@ -333,7 +333,7 @@ struct Buffer {
 impl Buffer {
     /// Tears the registration down: no new access, every mapping zapped, every page freed (so no
     /// DMA in flight), the attachment unmapped. Idempotent. Called with the reservation lock.
-    fn teardown(&self, locked: &Locked<'_, Buffer>, revoked: bool) {
+    fn teardown(&self, locked: &mut Locked<'_, Buffer>, revoked: bool) {
         let (chunks, pages) = {
             let mut st = self.state.lock();
             if st.dead {
@@ -373,7 +373,7 @@ impl Buffer {
     fn unregister(&self, revoked: bool) {
         let attach = self.attach.lock().take();
         if let Some(attach) = attach {
-            self.teardown(&attach.lock(), revoked);
+            self.teardown(&mut attach.lock(), revoked);
             drop(attach);
         }
         self.gpu.state.lock().buffers.remove(&self.cookie);
@@ -408,7 +408,7 @@ impl PageRef {
 }
 
 impl Importer for Buffer {
-    fn invalidate_mappings(&self, attach: &Locked<'_, Self>) {
+    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>) {
         self.teardown(attach, true);
     }
 }
@@ -677,7 +677,6 @@ impl FgdsFile {
         if !attach.peer2peer() {
             return Err(EOPNOTSUPP);
         }
-        dmabuf.wait_kernel_fences()?;
         let ext = {
             let locked = attach.lock();
             // Our arguments are checked: an exporter that cannot map the buffer for this GPU
@@ -685,6 +684,8 @@ impl FgdsFile {
             let sgt = locked
                 .map()
                 .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
+            // The exporter's moves and clears of the memory come before any use of it.
+            locked.wait_kernel_fences()?;
             extents(&self.gpu, sgt, r.offset, r.size)?
         };
         buf.claim(&ext)?;
