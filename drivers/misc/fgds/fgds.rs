@@ -24,6 +24,9 @@
 //!   loses its node first, then every registration still on it is torn down as if revoked: no
 //!   struct page of a BAR outlives the device.
 //!
+//! Concurrent teardowns of one registration are serialised by [`Buffer::attach`]: none returns
+//! before the drain.
+//!
 //! Lock order: mmap lock -> [`Buffer::state`]; dma-buf reservation lock -> [`Buffer::state`];
 //! dma-buf reservation lock -> [`Gpu::state`]; [`Buffer::attach`] -> reservation lock;
 //! [`FgdsFile::buffers`] is never held across any of them; [`Nodes::list`] -> misc device
@@ -321,7 +324,8 @@ struct Buffer {
     cookie: u64,
     size: u64,
     mapping: MappingRef,
-    /// The attachment; taken (and detached) by [`Buffer::unregister`].
+    /// The attachment; taken (and detached) by [`Buffer::unregister`], which holds the lock
+    /// until the teardown and the detach are done.
     #[pin]
     attach: Mutex<Option<DynamicAttachment<Buffer>>>,
     #[pin]
@@ -369,13 +373,15 @@ impl Buffer {
         release_pages(&mut self.gpu.state.lock(), chunks, &pages);
     }
 
-    /// UNREG, close or the GPU's removal (`revoked`): tears down and detaches.
+    /// UNREG, close or the GPU's removal (`revoked`): tears down and detaches. A second caller
+    /// waits until the first is done.
     fn unregister(&self, revoked: bool) {
-        let attach = self.attach.lock().take();
-        if let Some(attach) = attach {
-            self.teardown(&mut attach.lock(), revoked);
-            drop(attach);
+        let mut attach = self.attach.lock();
+        if let Some(a) = attach.take() {
+            self.teardown(&mut a.lock(), revoked);
+            drop(a);
         }
+        drop(attach);
         self.gpu.state.lock().buffers.remove(&self.cookie);
     }
 }
