@@ -20,9 +20,11 @@
 //!   last DMA into the memory.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
-//! - A GPU removed from the system (the PCI bus's notification, after its driver was unbound)
-//!   loses its node first, then every registration still on it is torn down as if revoked: no
-//!   struct page of a BAR outlives the device.
+//! - Struct pages refer to the GPU's P2PDMA provider, which belongs to the GPU's driver: every
+//!   registration on a GPU is torn down when its driver is about to be unbound (before the
+//!   driver's `remove()` releases the provider), and none is accepted until a driver binds
+//!   again. A GPU removed from the system loses its node first, then what is left on it: no
+//!   struct page of a BAR outlives the device or its provider.
 //!
 //! Concurrent teardowns of one registration are serialised by [`Buffer::attach`]: none returns
 //! before the drain.
@@ -237,6 +239,9 @@ struct GpuState {
     last_id: u64,
     /// The GPU was removed from the system: no new registration.
     gone: bool,
+    /// The GPU's driver is being unbound or has no driver: no new registration (its P2PDMA
+    /// providers are about to go). Cleared when a driver binds.
+    unbound: bool,
 }
 
 /// A GPU served by fgds.
@@ -270,17 +275,26 @@ fn chunk_key(bar: u32, bar_off: u64) -> u64 {
 }
 
 impl Gpu {
-    /// The GPU leaves the system: every registration on it is torn down (as if revoked) and
-    /// detached, and no new one is accepted.
-    fn remove(&self) {
+    /// The GPU leaves the system (`gone`) or its driver is about to be unbound: every
+    /// registration on it is torn down (as if revoked) and detached, and no new one is accepted
+    /// (for an unbind, until a driver binds again).
+    fn revoke_all(&self, gone: bool) {
         let buffers = {
             let mut gs = self.state.lock();
-            gs.gone = true;
+            if gone {
+                gs.gone = true;
+            }
+            gs.unbound = true;
             core::mem::take(&mut gs.buffers)
         };
         for (_, buf) in buffers.iter() {
             buf.unregister(true);
         }
+    }
+
+    /// A driver bound to the GPU: registrations are accepted again.
+    fn driver_bound(&self) {
+        self.state.lock().unbound = false;
     }
 
     /// Finds the BAR holding bus range `[addr, addr + len)`: `(bar, offset in the BAR)`.
@@ -515,6 +529,9 @@ impl Buffer {
         let mut pages: KVVec<PageRef> = KVVec::with_capacity(npages, GFP_KERNEL)?;
         let mut gs = self.gpu.state.lock();
         let res = (|| -> Result {
+            if gs.gone || gs.unbound {
+                return Err(ENODEV);
+            }
             for &(bar, off, len) in extents {
                 let mut o = off;
                 while o < off + len {
@@ -645,7 +662,7 @@ impl FgdsFile {
         }
         let cookie = {
             let mut gs = self.gpu.state.lock();
-            if gs.gone {
+            if gs.gone || gs.unbound {
                 return Err(ENODEV);
             }
             gs.last_id += 1;
@@ -715,7 +732,7 @@ impl FgdsFile {
     fn publish(&self, buf: &Arc<Buffer>) -> Result {
         {
             let mut gs = self.gpu.state.lock();
-            if gs.gone {
+            if gs.gone || gs.unbound {
                 return Err(ENODEV);
             }
             gs.buffers
@@ -881,6 +898,7 @@ impl Nodes {
                     buffers: RBTree::new(),
                     last_id: 0,
                     gone: false,
+                    unbound: false,
                 }),
                 live_buffers: AtomicUsize::new(0),
             }),
@@ -933,10 +951,32 @@ impl Nodes {
     }
 }
 
+impl Nodes {
+    /// The GPU of `pdev`, if it has a node.
+    fn gpu_of(&self, pdev: &pci::Device) -> Option<Arc<Gpu>> {
+        self.list
+            .lock()
+            .iter()
+            .find(|n| n.serves(pdev))
+            .map(|n| n.gpu.clone())
+    }
+}
+
 impl pci::BusEvents for Nodes {
     fn driver_bound(&self, pdev: &pci::Device) {
         if Self::serves(pdev) {
-            self.serve(pdev);
+            match self.gpu_of(pdev) {
+                Some(gpu) => gpu.driver_bound(),
+                None => self.serve(pdev),
+            }
+        }
+    }
+
+    fn driver_unbinding(&self, pdev: &pci::Device) {
+        // Before the driver's `remove()`: its P2PDMA providers, which our struct pages refer
+        // to, still exist, and go right after.
+        if let Some(gpu) = self.gpu_of(pdev) {
+            gpu.revoke_all(false);
         }
     }
 
@@ -952,7 +992,7 @@ impl pci::BusEvents for Nodes {
             // The node goes first (no new open), then what open files registered.
             let gpu = node.gpu.clone();
             drop(node);
-            gpu.remove();
+            gpu.revoke_all(true);
         }
     }
 }

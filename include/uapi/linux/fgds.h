@@ -24,7 +24,9 @@
  * already in flight is done: UNREG, the close and the exporter's revoke
  * return only after it. Mappings are not inherited across fork and cannot
  * grow (mremap: EFAULT). A revoked registration (or one of a removed GPU) is
- * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered.
+ * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered. The
+ * unbinding of the GPU's driver ends its registrations too, before the
+ * driver's remove(); registration fails with ENODEV until a driver binds.
  */
 #ifndef _UAPI_LINUX_FGDS_H
 #define _UAPI_LINUX_FGDS_H

@@ -35,6 +35,11 @@ pub trait BusEvents: Send + Sync {
     /// its driver's probe succeeded. Called with the device lock held.
     fn driver_bound(&self, _pdev: &Device) {}
 
+    /// `pdev`'s driver is about to be unbound (`BUS_NOTIFY_UNBIND_DRIVER`): its `remove()` has
+    /// not run yet and its device-managed resources (P2PDMA providers among them) still exist.
+    /// The unbind waits for this call.
+    fn driver_unbinding(&self, _pdev: &Device) {}
+
     /// `pdev`'s driver was unbound (`BUS_NOTIFY_UNBOUND_DRIVER`).
     fn driver_unbound(&self, _pdev: &Device) {}
 
@@ -146,6 +151,9 @@ impl<T: BusEvents> BusNotifier<T> {
         match action as bindings::bus_notifier_event {
             bindings::bus_notifier_event_BUS_NOTIFY_ADD_DEVICE => this.events.added(pdev),
             bindings::bus_notifier_event_BUS_NOTIFY_BOUND_DRIVER => this.events.driver_bound(pdev),
+            bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER => {
+                this.events.driver_unbinding(pdev)
+            }
             bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER => {
                 this.events.driver_unbound(pdev)
             }
