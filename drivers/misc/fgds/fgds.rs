@@ -10,14 +10,17 @@
 //!
 //! Lifetime rules (the reason most of this file exists):
 //!
-//! - A registration gives every page of its buffer one reference (the "base" reference) and
-//!   owns the page until the page's refcount drops back to zero: mappings (`vm_insert_page()`)
-//!   and O_DIRECT/io_uring pins (GUP) take their own references.
-//! - Tearing a registration down (UNREG, close, or the exporter's invalidation) marks it dead
-//!   (new faults get `SIGBUS`, new I/O `EFAULT`), zaps every user mapping of it, drops the base
-//!   references and waits until every page is free: that is, until in-flight DMA has completed.
-//!   Only then is the dma-buf attachment unmapped, so the exporter's revoke completes after the
-//!   last DMA into the memory.
+//! - A registration takes every page of its buffer from the chunk's [`P2pPages`] as a
+//!   [`P2pPage`], which holds the page's first reference (the "base" reference); mappings
+//!   (`vm_insert_page()`) and O_DIRECT/io_uring pins (GUP) take their own. When a page's last
+//!   reference goes, the registration's [`Drain`] is told (from any context).
+//! - Tearing a registration down (UNREG, close, the exporter's invalidation, the unbinding of
+//!   the GPU's driver or the GPU's removal) marks it dead (new faults get `SIGBUS`, new I/O
+//!   `EFAULT`), zaps every user mapping of it, drops the base references and waits until the
+//!   [`Drain`] saw every page freed: that is, until in-flight DMA has completed. Only then is
+//!   the dma-buf attachment unmapped, so the exporter's revoke completes after the last DMA into
+//!   the memory. Concurrent teardowns of one registration are serialised ([`Buffer::attach`]):
+//!   none returns before the drain.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
 //! - Struct pages refer to the GPU's P2PDMA provider, which belongs to the GPU's driver: every
@@ -26,16 +29,24 @@
 //!   again. A GPU removed from the system loses its node first, then what is left on it: no
 //!   struct page of a BAR outlives the device or its provider.
 //!
-//! Concurrent teardowns of one registration are serialised by [`Buffer::attach`]: none returns
-//! before the drain.
+//! Lock order (outermost first; each arrow is "may be held while taking"):
 //!
-//! Lock order: mmap lock -> [`Buffer::state`]; dma-buf reservation lock -> [`Buffer::state`];
-//! dma-buf reservation lock -> [`Gpu::state`]; [`Buffer::attach`] -> reservation lock;
-//! [`FgdsFile::buffers`] is never held across any of them; [`Nodes::list`] -> misc device
-//! registration, and never held while registrations are torn down.
+//! - device lock of the GPU (bus notifications) -> [`Buffer::attach`]
+//! - mmap lock -> [`Buffer::state`] (faults)
+//! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`]
+//! - dma-buf reservation lock -> [`Gpu::state`] -> memory hotplug lock (a chunk's struct pages
+//!   are created and removed with [`Gpu::state`] held)
+//! - [`Buffer::state`] -> [`Gpu::state`] (registration)
+//! - [`FgdsFile::buffers`] and [`Nodes::list`] are never held across any of the above;
+//!   [`Nodes::list`] -> misc device registration.
+//!
+//! The teardown blocks, with the reservation lock held, until in-flight DMA into the buffer
+//! has completed. That wait is bounded by the storage's request timeouts (a block request that
+//! never completes is timed out and its pages released by the block layer), and it is what the
+//! dma-buf contract asks of an importer: the exporter may reuse the memory as soon as the
+//! invalidation returns. See `Documentation/misc-devices/fgds.rst`.
 
 use core::sync::atomic::{
-    AtomicPtr,
     AtomicUsize,
     Ordering, //
 };
@@ -76,6 +87,7 @@ use kernel::{
     pci::{
         self,
         p2pdma::{
+            P2pPage,
             P2pPages,
             PageOwner, //
         },
@@ -117,7 +129,7 @@ module! {
 }
 
 /// Size of the unit in which BAR ranges get struct pages: the memory hotplug subsection.
-const CHUNK_SIZE: u64 = P2pPages::<ChunkOwner>::ALIGN;
+const CHUNK_SIZE: u64 = P2pPages::<Drain>::ALIGN;
 const PAGES_PER_CHUNK: usize = (CHUNK_SIZE as usize) / PAGE_SIZE;
 /// Largest registration (also reported by `FGDS_IOCTL_VERSION`).
 const MAX_BUFFER_SIZE: u64 = 1 << 40;
@@ -177,43 +189,22 @@ fn has_usable_bar(pdev: &pci::Device) -> bool {
     })
 }
 
-/// Receives the last-reference notification of a chunk's pages.
-///
-/// # Invariants
-///
-/// `owners[i]` is null or points to the [`Drain`] of the registration that owns page `i`; it is
-/// set before that registration gives the page its base reference and cleared (under
-/// [`Gpu::state`]) only after the registration's [`Drain`] saw all its pages freed. A [`Drain`]
-/// outlives every pointer to it.
-struct ChunkOwner {
-    owners: KVec<AtomicPtr<Drain>>,
-}
-
-impl PageOwner for ChunkOwner {
-    fn page_free(&self, index: usize) {
-        let Some(owner) = self.owners.get(index) else {
-            return;
-        };
-        let drain = owner.load(Ordering::Acquire);
-        if !drain.is_null() {
-            // A freed page was owned and its owner has not seen its last page freed yet (this
-            // is one of them), so `drain` is still set and alive.
-            // SAFETY: As just said, by the type invariant.
-            unsafe { (*drain).page_freed() };
-        }
-    }
-}
-
 /// A chunk of a BAR with struct pages.
 struct Chunk {
     /// Key in [`GpuState::chunks`].
     key: u64,
-    pages: P2pPages<ChunkOwner>,
+    pages: P2pPages<Drain>,
     /// Registrations owning at least one page of the chunk. Protected by [`Gpu::state`].
     users: AtomicUsize,
 }
 
-/// Counts a registration's pages still in use; completes when none is.
+/// Counts a registration's pages still in use, plus one while the registration lives;
+/// completes when the count reaches zero.
+///
+/// The extra count (the bias) is dropped by the teardown after it dropped the base references,
+/// so the count reaches zero exactly once, after the last page was freed, and the teardown can
+/// wait without looking at the count. Each page handed out holds an [`Arc`] of the drain until
+/// its last-reference notification returned, so the drain outlives the completion's wake-up.
 #[pin_data]
 struct Drain {
     live: AtomicUsize,
@@ -222,10 +213,29 @@ struct Drain {
 }
 
 impl Drain {
+    fn new() -> impl PinInit<Self> {
+        pin_init!(Drain {
+            live: AtomicUsize::new(1),
+            done <- Completion::new(),
+        })
+    }
+
     fn page_freed(&self) {
         if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.done.complete_all();
         }
+    }
+
+    /// Drops the bias and waits until every page counted was freed.
+    fn wait(&self) {
+        self.page_freed();
+        self.done.wait_for_completion();
+    }
+}
+
+impl PageOwner for Drain {
+    fn page_free(&self, _index: usize) {
+        self.page_freed();
     }
 }
 
@@ -311,13 +321,6 @@ impl Gpu {
     }
 }
 
-/// A page of a registration: the chunk (index in [`BufState::chunks`]) and the page in it.
-#[derive(Clone, Copy)]
-struct PageRef {
-    chunk: u32,
-    index: u32,
-}
-
 struct BufState {
     /// Torn down: no new faults, pages freed or being freed.
     dead: bool,
@@ -326,8 +329,10 @@ struct BufState {
     /// BAR and offset in it of the first page.
     bar: u32,
     bar_offset: u64,
+    /// Chunks holding the pages, each counted once in its [`Chunk::users`].
     chunks: KVec<Arc<Chunk>>,
-    pages: KVVec<PageRef>,
+    /// The buffer's pages, in order; each holds its base reference.
+    pages: KVVec<P2pPage>,
 }
 
 /// A registered buffer.
@@ -344,8 +349,7 @@ struct Buffer {
     attach: Mutex<Option<DynamicAttachment<Buffer>>>,
     #[pin]
     state: Mutex<BufState>,
-    #[pin]
-    drain: Drain,
+    drain: Arc<Drain>,
 }
 
 impl Buffer {
@@ -366,29 +370,17 @@ impl Buffer {
         };
         // Faults now fail; remove what earlier faults mapped, in every process.
         self.mapping.unmap_range(self.cookie, self.size);
-        for p in pages.iter() {
-            let chunk = &chunks[p.index_chunk()];
-            // The registration owns its pages and holds one base reference on each, given in
-            // `claim`; it is dropped here exactly once (`dead` was false).
-            // SAFETY: As just said, we own the reference we drop.
-            if unsafe { chunk.pages.put_page(p.index as usize) }.is_err() {
-                // Cannot happen: indices were checked when the registration was made.
-                self.drain.page_freed();
-            }
-        }
-        // Wait for in-flight DMA: pins taken by O_DIRECT and io_uring are the only references
-        // left, and each is dropped when its I/O completes. With no pages there is nothing to
-        // wait for (and nothing will complete the drain).
-        if self.drain.live.load(Ordering::Acquire) != 0 {
-            self.drain.done.wait_for_completion();
-        }
+        // Drop the base references, then wait for in-flight DMA: pins taken by O_DIRECT and
+        // io_uring are the only references left, and each is dropped when its I/O completes.
+        drop(pages);
+        self.drain.wait();
         locked.unmap();
 
-        release_pages(&mut self.gpu.state.lock(), chunks, &pages);
+        release_chunks(&mut self.gpu.state.lock(), chunks);
     }
 
-    /// UNREG, close or the GPU's removal (`revoked`): tears down and detaches. A second caller
-    /// waits until the first is done.
+    /// UNREG, close, the unbinding of the GPU's driver or the GPU's removal (`revoked`): tears
+    /// down and detaches. A second caller waits until the first is done.
     fn unregister(&self, revoked: bool) {
         let mut attach = self.attach.lock();
         if let Some(a) = attach.take() {
@@ -400,16 +392,9 @@ impl Buffer {
     }
 }
 
-/// Gives up a registration's ownership of `pages` (all freed: refcount zero) and its use of
-/// `chunks`; a chunk no registration uses any more leaves the GPU's table and loses its struct
-/// pages. Called with [`Gpu::state`] held.
-fn release_pages(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>, pages: &[PageRef]) {
-    for p in pages {
-        let chunk = &chunks[p.index_chunk()];
-        if let Some(owner) = chunk.pages.owner().owners.get(p.index as usize) {
-            owner.store(core::ptr::null_mut(), Ordering::Release);
-        }
-    }
+/// Gives up a registration's use of `chunks` (its pages all freed); a chunk no registration uses
+/// any more leaves the GPU's table and loses its struct pages. Called with [`Gpu::state`] held.
+fn release_chunks(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>) {
     for chunk in chunks.iter() {
         if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
             gs.chunks.remove(&chunk.key);
@@ -417,14 +402,9 @@ fn release_pages(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>, pages: &[PageRef])
     }
     // The table and the registrations hold the only references to a chunk, and both are dropped
     // with `gs` held: an unused chunk's struct pages are gone before another registration can
-    // give the same range new ones (which would fail with `EEXIST`).
+    // give the same range new ones (which would fail with `EEXIST`). Its pages are all free, so
+    // dropping it does not wait.
     drop(chunks);
-}
-
-impl PageRef {
-    fn index_chunk(&self) -> usize {
-        self.chunk as usize
-    }
 }
 
 impl Importer for Buffer {
@@ -445,12 +425,9 @@ impl VmOperations for Buffer {
         else {
             return VmFaultResult::SIGBUS;
         };
-        let Some(p) = st.pages.get(index) else {
-            return VmFaultResult::SIGBUS;
-        };
-        match st.chunks[p.index_chunk()].pages.page(p.index as usize) {
-            Ok(page) => fault.insert_page(&page),
-            Err(_) => VmFaultResult::SIGBUS,
+        match st.pages.get(index) {
+            Some(page) => fault.insert_page(&page.page()),
+            None => VmFaultResult::SIGBUS,
         }
     }
 }
@@ -490,13 +467,17 @@ fn extents(
     Ok(out)
 }
 
+/// Gives `[chunk_off, chunk_off + CHUNK_SIZE)` of BAR `bar` struct pages. Called with
+/// [`Gpu::state`] held, while `unbound` is false.
 fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, key: u64) -> Result<Arc<Chunk>> {
-    let mut owners = KVec::with_capacity(PAGES_PER_CHUNK, GFP_KERNEL)?;
-    for _ in 0..PAGES_PER_CHUNK {
-        owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
-    }
-    let owner = Arc::new(ChunkOwner { owners }, GFP_KERNEL)?;
-    let pages = P2pPages::new(&gpu.pdev, bar, chunk_off, CHUNK_SIZE, owner).map_err(|e| {
+    // The pages refer to the GPU's P2PDMA provider, owned by its driver. The chunk is dropped
+    // before that driver is unbound: `Nodes::driver_unbinding` (called before the driver's
+    // `remove()`) sets `unbound` under `Gpu::state` (held by our caller, which checked it) and
+    // tears down every registration, each of which drops its use of its chunks, and no chunk
+    // is made until a driver binds again. A registration still being made then holds its
+    // chunks unpublished (no mapping, no I/O) and drops them when its publication fails.
+    // SAFETY: As just said, the pages go before the provider.
+    let pages = unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, CHUNK_SIZE) }.map_err(|e| {
         // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
         if e == ENODEV {
             EOPNOTSUPP
@@ -515,18 +496,18 @@ fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, key: u64) -> Result<Arc<Chunk>
 }
 
 impl Buffer {
-    /// Takes ownership of the pages of `extents`: each gets its base reference. Fails with
-    /// `EBUSY` when a page belongs to another registration, `ENODEV` when the exporter revoked
-    /// the buffer meanwhile.
+    /// Takes the pages of `extents`: each is handed out to this registration with its base
+    /// reference. Fails with `EBUSY` when a page belongs to another registration, `ENODEV` when
+    /// the exporter revoked the buffer meanwhile or the GPU's driver is going, `EEXIST` when
+    /// the BAR range already has struct pages of its owner's.
     fn claim(&self, extents: &[(u32, u64, u64)]) -> Result {
         let npages = (self.size / PAGE_SIZE as u64) as usize;
-        let drain: *mut Drain = core::ptr::from_ref(&self.drain).cast_mut();
         let mut st = self.state.lock();
         if st.dead {
             return Err(ENODEV);
         }
         let mut chunks: KVec<Arc<Chunk>> = KVec::new();
-        let mut pages: KVVec<PageRef> = KVVec::with_capacity(npages, GFP_KERNEL)?;
+        let mut pages: KVVec<P2pPage> = KVVec::with_capacity(npages, GFP_KERNEL)?;
         let mut gs = self.gpu.state.lock();
         let res = (|| -> Result {
             if gs.gone || gs.unbound {
@@ -548,47 +529,35 @@ impl Buffer {
                                     c
                                 }
                             };
+                            chunks.push(chunk.clone(), GFP_KERNEL)?;
                             chunk.users.fetch_add(1, Ordering::Relaxed);
-                            chunks.push(chunk, GFP_KERNEL)?;
                             chunks.len() - 1
                         }
                     };
                     let index = ((o % CHUNK_SIZE) as usize) / PAGE_SIZE;
-                    let pages_of_chunk = &chunks[ci].pages;
-                    let owner = pages_of_chunk.owner().owners.get(index).ok_or(EINVAL)?;
-                    owner
-                        .compare_exchange(
-                            core::ptr::null_mut(),
-                            drain,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .map_err(|_| EBUSY)?;
-                    let pr = PageRef {
-                        chunk: ci as u32,
-                        index: index as u32,
-                    };
-                    if let Err(e) = pages.push(pr, GFP_KERNEL) {
-                        owner.store(core::ptr::null_mut(), Ordering::Release);
-                        return Err(e.into());
-                    }
+                    // Counted before it is handed out: its release may come at once.
                     self.drain.live.fetch_add(1, Ordering::AcqRel);
-                    // The page had no owner, so its refcount is zero (an owner is cleared only
-                    // after all its pages were freed), and we now own it.
-                    // SAFETY: As just said: refcount zero, and the page is ours.
-                    unsafe { pages_of_chunk.init_page_ref(index)? };
+                    match chunks[ci].pages.activate(index, self.drain.clone()) {
+                        Ok(page) => pages.push(page, GFP_KERNEL)?,
+                        Err(e) => {
+                            // Not handed out: no release will come for it (the bias keeps the
+                            // count above zero).
+                            self.drain.live.fetch_sub(1, Ordering::AcqRel);
+                            return Err(e);
+                        }
+                    }
                     o += PAGE_SIZE as u64;
                 }
             }
             Ok(())
         })();
         if let Err(e) = res {
-            for p in pages.iter() {
-                let chunk = &chunks[p.index_chunk()];
-                // SAFETY: We gave this page its base reference above; it is not mapped yet.
-                let _ = unsafe { chunk.pages.put_page(p.index as usize) };
-            }
-            release_pages(&mut gs, chunks, &pages);
+            // Not mapped or pinned yet: the pages are freed as their base references go. The
+            // registration is dead; its drain completes with them.
+            st.dead = true;
+            drop(pages);
+            self.drain.wait();
+            release_chunks(&mut gs, chunks);
             return Err(e);
         }
         drop(gs);
@@ -668,6 +637,7 @@ impl FgdsFile {
             gs.last_id += 1;
             gs.last_id << PAGE_SHIFT
         };
+        let drain = Arc::pin_init(Drain::new(), GFP_KERNEL)?;
         let buf = Arc::pin_init(
             try_pin_init!(Buffer {
                 gpu: self.gpu.clone(),
@@ -684,10 +654,7 @@ impl FgdsFile {
                     chunks: KVec::new(),
                     pages: KVVec::new(),
                 }),
-                drain <- pin_init!(Drain {
-                    live: AtomicUsize::new(0),
-                    done <- Completion::new(),
-                }),
+                drain,
             }),
             GFP_KERNEL,
         )?;

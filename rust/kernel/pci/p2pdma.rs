@@ -8,25 +8,43 @@
 //! with the BAR's real P2PDMA provider (set up by the driver owning the device, e.g. vfio-pci
 //! for the BARs it exports as dma-bufs). The block layer then applies its own P2P rules to them:
 //! they can be the buffer of an O_DIRECT request only for a queue that can do P2P DMA to that
-//! BAR. The caller owns the pages' reference counts: each starts at zero, is set to one by
-//! [`P2pPages::init_page_ref`], and when it drops back to zero [`PageOwner::page_free`] is called.
+//! BAR.
+//!
+//! Every page starts free. [`P2pPages::activate`] hands a free page out as a [`P2pPage`], which
+//! owns the page's first reference, and records who the page is for (a [`PageOwner`]). Mappings
+//! and pins of the page take references of their own; when the last one is dropped the owner's
+//! [`PageOwner::page_free`] is called and the page is free again. Dropping a [`P2pPages`] waits
+//! until every page it handed out is free: no reference to one of its pages can outlive its
+//! `struct page`s.
 
 use crate::{
     bindings,
     error::from_err_ptr,
+    ffi::c_ulong,
     page::BorrowedPage,
     pci,
     prelude::*,
-    sync::Arc, //
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicPtr,
+        Ordering, //
+    },
+};
 
-/// Receives the pages' last-reference notifications.
-pub trait PageOwner: Send + Sync + Sized {
-    /// Called when the reference count of page `index` of the range drops to zero.
+/// Who a page handed out by [`P2pPages::activate`] is for; told when the page is free again.
+pub trait PageOwner: Send + Sync {
+    /// Called when the last reference to page `index` of the range is dropped.
     ///
     /// May be called from any context, hard interrupts included (the last reference can be
-    /// dropped by a bio's completion): must not sleep.
+    /// dropped by a bio's completion): must not sleep. The reference to the owner that
+    /// [`P2pPages::activate`] took is dropped right after this returns, in the same context,
+    /// so the owner's `drop` must not sleep either.
     fn page_free(&self, index: usize);
 }
 
@@ -42,7 +60,7 @@ pub trait PageOwner: Send + Sync + Sized {
 ///         self,
 ///         p2pdma::{P2pPages, PageOwner},
 ///     },
-///     sync::{aref::ARef, Arc},
+///     sync::aref::ARef,
 /// };
 ///
 /// struct Nobody;
@@ -57,29 +75,37 @@ pub trait PageOwner: Send + Sync + Sized {
 ///     false
 /// });
 /// if let Some(pdev) = first {
-///     let owner = Arc::new(Nobody, GFP_KERNEL)?;
 ///     let align = P2pPages::<Nobody>::ALIGN;
-///     assert_eq!(P2pPages::new(&pdev, 0, 4096, align, owner.clone()).err(), Some(EINVAL));
-///     assert_eq!(P2pPages::new(&pdev, 0, 0, 4096, owner.clone()).err(), Some(EINVAL));
-///     assert_eq!(P2pPages::new(&pdev, 0, 0, 0, owner).err(), Some(EINVAL));
+///     // SAFETY: No pages are created: each range is refused before that.
+///     unsafe {
+///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 4096, align).err(), Some(EINVAL));
+///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 0, 4096).err(), Some(EINVAL));
+///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 0, 0).err(), Some(EINVAL));
+///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 6, 0, align).err(), Some(EINVAL));
+///     }
 /// }
 /// # Ok::<(), Error>(())
 /// ```
 ///
 /// # Invariants
 ///
-/// `pgmap` was returned by `pci_p2pdma_memremap()` with `owner` pointing to `owner`'s data and
-/// is unmapped only in [`Drop`]; it covers `nr_pages` pages from `first_pfn`.
+/// - `pgmap` was returned by `pci_p2pdma_memremap()` for `pdev`, covers `owners.len()` pages
+///   from `first_pfn`, has `owner` pointing to the first element of `owners`, and is unmapped
+///   only in [`Drop`]. `owners` is never resized.
+/// - `owners[i]` is null while page `i` is free; otherwise it came from [`Arc::into_raw`] of
+///   the owner the page was handed out for, and is taken back exactly once: by the pagemap's
+///   `folio_free` callback when the page is free again, or by [`P2pPages::activate`] when it
+///   fails to hand the page out.
 pub struct P2pPages<T: PageOwner> {
     pgmap: NonNull<bindings::dev_pagemap>,
     first_pfn: usize,
-    nr_pages: usize,
-    owner: Arc<T>,
+    owners: KVec<AtomicPtr<T>>,
+    _pdev: ARef<pci::Device>,
 }
 
 // SAFETY: The pagemap may be used and removed from any thread; `T` is `Send + Sync`.
 unsafe impl<T: PageOwner> Send for P2pPages<T> {}
-// SAFETY: `&self` methods only read immutable fields or operate on pages atomically.
+// SAFETY: `&self` methods only read immutable fields or operate on pages and owners atomically.
 unsafe impl<T: PageOwner> Sync for P2pPages<T> {}
 
 impl<T: PageOwner> P2pPages<T> {
@@ -88,24 +114,37 @@ impl<T: PageOwner> P2pPages<T> {
         ..pin_init::zeroed()
     };
 
+    /// Alignment of the offset and size of a range: the memory hotplug subsection.
+    pub const ALIGN: u64 = 1 << bindings::SUBSECTION_SHIFT;
+
     /// Creates P2PDMA pages over `[offset, offset + size)` of BAR `bar` of `pdev`.
     ///
-    /// `offset` and `size` must be multiples of the memory hotplug subsection size
-    /// ([`P2pPages::ALIGN`]). Fails with `ENODEV` when `pdev`'s driver set up no P2PDMA
-    /// providers, `EINVAL` for a range outside the BAR.
-    pub fn new(
-        pdev: &pci::Device,
-        bar: u32,
-        offset: u64,
-        size: u64,
-        owner: Arc<T>,
-    ) -> Result<Self> {
+    /// `offset` and `size` must be multiples of [`P2pPages::ALIGN`]. Fails with `ENODEV` when
+    /// `pdev`'s driver set up no P2PDMA providers, `EINVAL` for a range outside the BAR or not
+    /// aligned, `EEXIST` when part of the range already has struct pages (made by the BAR's
+    /// owner, or by another [`P2pPages`]).
+    ///
+    /// # Safety
+    ///
+    /// The pages refer to `pdev`'s P2PDMA provider, which belongs to `pdev`'s driver and is
+    /// released when that driver is unbound. The caller must drop the returned value before
+    /// `pdev`'s driver is unbound (for example from a bus notification of the unbind, which
+    /// comes before the driver's `remove()`, or before a revocation of a dma-buf over the range
+    /// completes, when the exporter revokes before it releases its providers).
+    pub unsafe fn new(pdev: &pci::Device, bar: u32, offset: u64, size: u64) -> Result<Self> {
         if offset % Self::ALIGN != 0 || size % Self::ALIGN != 0 || size == 0 {
             return Err(EINVAL);
         }
-        let owner_ptr: *const T = &*owner;
-        // `pdev` is valid; `Self::OPS` is static; `owner_ptr` stays valid until the
-        // pagemap is removed in `drop` (we hold `owner`).
+        if !pdev.bar_is_mem(bar) {
+            return Err(EINVAL);
+        }
+        let nr_pages = usize::try_from(size >> bindings::PAGE_SHIFT)?;
+        let mut owners = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
+        for _ in 0..nr_pages {
+            owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
+        }
+        // `pdev` is valid; `Self::OPS` is static; the owner pointer is the heap buffer of
+        // `owners`, which is never resized and is dropped only after the pagemap is removed.
         // SAFETY: See the comment above.
         let pgmap = from_err_ptr(unsafe {
             bindings::pci_p2pdma_memremap(
@@ -114,84 +153,30 @@ impl<T: PageOwner> P2pPages<T> {
                 offset,
                 size,
                 &Self::OPS,
-                owner_ptr.cast_mut().cast(),
+                owners.as_ptr().cast_mut().cast(),
             )
         })?;
         // SAFETY: `pgmap` is valid; `range` is set by `pci_p2pdma_memremap()`.
         let start = unsafe { (*pgmap).__bindgen_anon_1.range.as_ref().start };
-        // INVARIANT: `pgmap` covers `size` bytes from `start`.
+        // INVARIANT: `pgmap` covers `size` bytes from `start`, its owner is `owners`, and every
+        // page is free, with a null owner.
         Ok(Self {
             // SAFETY: `from_err_ptr` returned a valid, non-null pointer.
             pgmap: unsafe { NonNull::new_unchecked(pgmap) },
             first_pfn: (start >> bindings::PAGE_SHIFT) as usize,
-            nr_pages: (size >> bindings::PAGE_SHIFT) as usize,
-            owner,
+            owners,
+            _pdev: ARef::from(pdev),
         })
     }
 
-    /// Alignment of the offset and size of a range: the memory hotplug subsection.
-    pub const ALIGN: u64 = 1 << bindings::SUBSECTION_SHIFT;
-
     /// Number of pages.
     pub fn len(&self) -> usize {
-        self.nr_pages
+        self.owners.len()
     }
 
     /// Whether there are no pages (never true for a created range).
     pub fn is_empty(&self) -> bool {
-        self.nr_pages == 0
-    }
-
-    /// The owner given to [`P2pPages::new`].
-    pub fn owner(&self) -> &Arc<T> {
-        &self.owner
-    }
-
-    fn page_ptr(&self, index: usize) -> Result<*mut bindings::page> {
-        if index >= self.nr_pages {
-            return Err(EINVAL);
-        }
-        // SAFETY: `first_pfn + index` is a pfn of this pagemap, which has struct pages.
-        Ok(unsafe { bindings::pfn_to_page(self.first_pfn + index) })
-    }
-
-    /// Page `index` of the range.
-    pub fn page(&self, index: usize) -> Result<BorrowedPage<'_>> {
-        let page = self.page_ptr(index)?;
-        // SAFETY: The page exists as long as the pagemap, which outlives the borrow.
-        Ok(unsafe { BorrowedPage::from_raw(NonNull::new_unchecked(page)) })
-    }
-
-    /// Gives page `index`, whose reference count is zero, its first reference.
-    ///
-    /// # Safety
-    ///
-    /// The page's reference count must be zero and nobody else may be giving it one: the caller
-    /// owns the page. The reference is dropped with [`P2pPages::put_page`].
-    pub unsafe fn init_page_ref(&self, index: usize) -> Result {
-        let page = self.page_ptr(index)?;
-        // SAFETY: The caller guarantees the count is zero and that we have exclusive ownership.
-        unsafe { bindings::set_page_count(page, 1) };
-        Ok(())
-    }
-
-    /// Reference count of page `index`.
-    pub fn page_ref_count(&self, index: usize) -> Result<i32> {
-        let page = self.page_ptr(index)?;
-        // SAFETY: `page` is a valid struct page.
-        Ok(unsafe { bindings::page_ref_count(page) })
-    }
-
-    /// Drops a reference to page `index`; the last one calls [`PageOwner::page_free`].
-    ///
-    /// # Safety
-    ///
-    /// The caller must own a reference to the page (from [`P2pPages::init_page_ref`]).
-    pub unsafe fn put_page(&self, index: usize) -> Result {
-        let page = self.page_ptr(index)?;
-        // SAFETY: The caller owns a reference, which is given up here.
-        unsafe { bindings::put_page(page) };
-        Ok(())
+        self.owners.is_empty()
     }
 
     /// Physical address of the first byte of the range.
@@ -199,32 +184,110 @@ impl<T: PageOwner> P2pPages<T> {
         (self.first_pfn as u64) << bindings::PAGE_SHIFT
     }
 
-    /// The pagemap's `folio_free` callback: a page's reference count dropped to zero.
+    /// Hands page `index`, which must be free, out for `owner`.
+    ///
+    /// The returned [`P2pPage`] owns the page's first reference. When the page's last reference
+    /// is dropped (the [`P2pPage`]'s, or a mapping's or a pin's taken while it existed),
+    /// `owner`'s [`PageOwner::page_free`] is called and the page is free again. Fails with
+    /// `EBUSY` when the page is in use, `EINVAL` for an index outside the range.
+    pub fn activate(&self, index: usize, owner: Arc<T>) -> Result<P2pPage> {
+        let slot = self.owners.get(index).ok_or(EINVAL)?;
+        let raw = Arc::into_raw(owner).cast_mut();
+        if slot
+            .compare_exchange(core::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // SAFETY: `raw` came from `Arc::into_raw` above and was not stored anywhere.
+            drop(unsafe { Arc::from_raw(raw) });
+            return Err(EBUSY);
+        }
+        // `pgmap` is live (type invariant) and `index` is in its range.
+        // SAFETY: See the comment above.
+        let page = from_err_ptr(unsafe {
+            bindings::pci_p2pdma_page_get(self.pgmap.as_ptr(), index as c_ulong)
+        });
+        match page {
+            // INVARIANT: `pci_p2pdma_page_get()` gave us the page's first reference; until it
+            // is free again the pagemap stays (`pci_p2pdma_memunmap()` waits for it).
+            // SAFETY: `from_err_ptr` returned a valid, non-null pointer.
+            Ok(page) => Ok(P2pPage(unsafe { NonNull::new_unchecked(page) })),
+            Err(e) => {
+                // The page was not handed out, so `folio_free` cannot take the owner back: the
+                // slot is still ours (we set it and nobody clears a slot of a page in use).
+                let raw = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+                // SAFETY: `raw` is the pointer we stored above, taken back exactly once.
+                drop(unsafe { Arc::from_raw(raw) });
+                Err(e)
+            }
+        }
+    }
+
+    /// The pagemap's `folio_free` callback: a page's refcount dropped to zero.
     ///
     /// # Safety
     ///
-    /// `folio` is a folio of a pagemap made by [`P2pPages::new`] and not yet removed.
+    /// `folio` is a page of a pagemap made by [`P2pPages::new`], whose refcount just dropped to
+    /// zero; `pci_p2pdma_memunmap()` of that pagemap waits for this call to return.
     unsafe extern "C" fn folio_free(folio: *mut bindings::folio) {
-        // `folio` is a P2PDMA folio of a pagemap made by `new`, whose `owner` points to
-        // a live `T`: the pagemap is removed only after every page was freed, and `T` outlives
-        // the pagemap.
+        // A P2PDMA folio is one page. Its pagemap is live (removal waits for this call) and was
+        // made by `new`, so its `owner` points to the `owners` of a live `P2pPages<T>`, of
+        // which the page's index is an element.
         // SAFETY: See the comment above.
-        let (owner, pfn, first) = unsafe {
-            // A folio starts with its head page.
+        let (index, slot) = unsafe {
             let page = folio.cast::<bindings::page>();
             let pgmap = bindings::page_pgmap(page);
-            let owner = &*(*pgmap).owner.cast::<T>();
-            let first =
-                ((*pgmap).__bindgen_anon_1.range.as_ref().start >> bindings::PAGE_SHIFT) as usize;
-            (owner, bindings::page_to_pfn(page), first)
+            let first = (*pgmap).__bindgen_anon_1.range.as_ref().start >> bindings::PAGE_SHIFT;
+            let index = bindings::page_to_pfn(page) - first as usize;
+            (index, &*(*pgmap).owner.cast::<AtomicPtr<T>>().add(index))
         };
-        owner.page_free(pfn - first);
+        let raw = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !raw.is_null() {
+            // The page was handed out for this owner (type invariant); its reference is taken
+            // back here, once.
+            // SAFETY: As just said.
+            let owner = unsafe { Arc::from_raw(raw) };
+            owner.page_free(index);
+        }
     }
 }
 
 impl<T: PageOwner> Drop for P2pPages<T> {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant `pgmap` is live; this waits until no page is in use.
+        // By the type invariant `pgmap` is live and unmapped only here. This waits until every
+        // page handed out is free (`folio_free` returned for it), then removes the pages.
+        // SAFETY: As just said.
         unsafe { bindings::pci_p2pdma_memunmap(self.pgmap.as_ptr()) };
+        // Every page is free, so every slot is null; `owners` can go.
+    }
+}
+
+/// A page handed out by [`P2pPages::activate`]: owns one reference to it.
+///
+/// Dropping it drops the reference. It may outlive the [`P2pPages`] it came from, whose drop
+/// then waits for it.
+///
+/// # Invariants
+///
+/// The pointer is a page of a pagemap made by `pci_p2pdma_memremap()`, on which we own one
+/// reference; the pagemap is not removed while the page has references.
+pub struct P2pPage(NonNull<bindings::page>);
+
+// SAFETY: A page reference may be used and dropped from any thread.
+unsafe impl Send for P2pPage {}
+// SAFETY: `&self` only gives out a borrow of the page, whose users take their own references.
+unsafe impl Sync for P2pPage {}
+
+impl P2pPage {
+    /// The page, for as long as this reference is held.
+    pub fn page(&self) -> BorrowedPage<'_> {
+        // SAFETY: We own a reference (type invariant), so the page is valid for the borrow.
+        unsafe { BorrowedPage::from_raw(self.0) }
+    }
+}
+
+impl Drop for P2pPage {
+    fn drop(&mut self) {
+        // SAFETY: We own a reference (type invariant), given up here.
+        unsafe { bindings::put_page(self.0.as_ptr()) };
     }
 }
