@@ -130,7 +130,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 #[derive(Args, Debug, Clone)]
 #[command(after_long_help = AFTER_HELP)]
 pub struct BenchArgs {
-    /// File to read or write (created and filled for reads if too small).
+    /// File to read or write. A missing file is created (and filled for
+    /// reads); an existing one is only read unless it was created by fgds
+    /// bench or --overwrite is given.
     #[arg(long, short = 'f')]
     file: PathBuf,
     /// Read or write.
@@ -186,6 +188,12 @@ pub struct BenchArgs {
     /// Only create and fill the file up to --file-size (or --size), then exit.
     #[arg(long)]
     prepare_only: bool,
+    /// Allow writing a file that fgds bench did not create: growing it for a
+    /// read run (bytes past its end), or overwriting it in a write run.
+    /// Without it such a run stops before it starts. Files fgds bench
+    /// created are marked (extended attribute user.fgds.bench) and need it not.
+    #[arg(long)]
+    overwrite: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -393,34 +401,160 @@ fn progress(a: &BenchArgs, label: &str) -> indicatif::ProgressBar {
     pb
 }
 
-/// Creates and fills the file up to the bytes the run needs (reads only,
-/// unless `always`).
-fn prepare(a: &BenchArgs, always: bool) -> Result<(), fgds::Error> {
+/// The extended attribute that marks a file `fgds bench` created itself, so
+/// that a later run may grow or write it without `--overwrite`.
+const OWNER_XATTR: &std::ffi::CStr = c"user.fgds.bench";
+
+/// Why `fgds bench` will not write a file.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The file exists, `fgds bench` did not create it, and the run would
+    /// write it.
+    #[error(
+        "{file}: not created by fgds bench ({have} of its bytes), and this run would {what}; \
+         fgds bench never writes a file it did not create: pass --overwrite to allow it, \
+         or give a new file with -f"
+    )]
+    WouldWrite {
+        /// The file.
+        file: String,
+        /// Its size now, in words.
+        have: String,
+        /// What the run would do to it.
+        what: String,
+    },
+    /// A library or system call failed.
+    #[error(transparent)]
+    Fgds(#[from] fgds::Error),
+}
+
+fn io_err(op: String, source: std::io::Error) -> fgds::Error {
+    fgds::Error::Io { op, source }
+}
+
+/// Whether `fd` carries the mark of a file `fgds bench` created.
+fn is_ours(fd: i32) -> bool {
+    let mut v = [0u8; 8];
+    // SAFETY: fd is open, the name is NUL-terminated and `v` is a writable
+    // buffer of the length passed.
+    let n = unsafe { libc::fgetxattr(fd, OWNER_XATTR.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+    n == 1 && v[0] == b'1'
+}
+
+/// Marks `fd` as created by `fgds bench`; says so when the file system has
+/// no user extended attributes (the next run then needs --overwrite).
+fn mark_ours(fd: i32, file: &std::path::Path) {
+    // SAFETY: fd is open, the name is NUL-terminated, the value is 1 byte.
+    let r = unsafe { libc::fsetxattr(fd, OWNER_XATTR.as_ptr(), c"1".as_ptr().cast(), 1, 0) };
+    if r < 0 {
+        eprintln!(
+            "fgds bench: note: cannot mark {} as created by fgds bench ({}): a later run that \
+             writes it will need --overwrite",
+            file.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Bytes of a regular file or a block device.
+fn length_of(f: &std::fs::File, file: &std::path::Path) -> Result<u64, fgds::Error> {
+    use std::io::Seek;
+    let mut f = f;
+    f.seek(std::io::SeekFrom::End(0))
+        .map_err(|e| io_err(format!("size of {}", file.display()), e))
+}
+
+/// Decides, before anything runs, whether the run may write the file, and
+/// says on stderr what it will do to it: a missing file is created (and
+/// marked as the benchmark's); an existing one that `fgds bench` did not
+/// create is only read unless `--overwrite`. Then fills it up to the bytes a
+/// read run needs (only past its current end: existing bytes are kept).
+fn prepare(a: &BenchArgs, always: bool) -> Result<(), BenchError> {
     let need = a.size.max(geometry(a).span);
-    let have = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
-    if (always || a.rw == Rw::Read) && have < need {
-        let f = FileHandle::open(
-            &a.file,
-            libc::O_RDWR | libc::O_CREAT,
-            0o644,
-            Config::default(),
-        )?;
+    let fill_needed = |have: u64| (always || a.rw == Rw::Read) && have < need;
+    let name = a.file.display().to_string();
+    let existing = match std::fs::File::open(&a.file) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(format!("open {name}"), e).into()),
+    };
+    let have = match existing {
+        None => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&a.file)
+                .map_err(|e| io_err(format!("create {name}"), e))?;
+            mark_ours(f.as_raw_fd(), &a.file);
+            eprintln!(
+                "fgds bench: {name} does not exist: creating it for the benchmark ({})",
+                human(if a.rw == Rw::Read || always {
+                    need
+                } else {
+                    geometry(a).span
+                })
+            );
+            0
+        }
+        Some(f) => {
+            let have = length_of(&f, &a.file)?;
+            let regular = f.metadata().map(|m| m.is_file()).unwrap_or(false);
+            let what = if fill_needed(have) {
+                Some(format!(
+                    "grow it from {} to {} (bytes from {} on written)",
+                    human(have),
+                    human(need),
+                    have
+                ))
+            } else if a.rw == Rw::Write && !always {
+                Some(format!(
+                    "overwrite its first {} with the write benchmark's data",
+                    human(geometry(a).span)
+                ))
+            } else {
+                None
+            };
+            match what {
+                None => {}
+                Some(_) if regular && is_ours(f.as_raw_fd()) => {}
+                Some(what) if a.overwrite => {
+                    eprintln!("fgds bench: --overwrite: will {what} of {name}");
+                }
+                Some(what) => {
+                    return Err(BenchError::WouldWrite {
+                        file: name,
+                        have: human(have),
+                        what,
+                    })
+                }
+            }
+            if !regular {
+                // A block device cannot grow; reads stay inside it.
+                return Ok(());
+            }
+            have
+        }
+    };
+    if fill_needed(have) {
+        let f = FileHandle::open(&a.file, libc::O_RDWR, 0o644, Config::default())?;
         let chunk = 8usize << 20;
         let b = Buffer::alloc_host(chunk)?;
         let fill: Vec<u8> = (0..chunk).map(|i| (i * 131 % 251) as u8).collect();
         b.write_bytes(0, &fill)?;
-        let mut off = have / chunk as u64 * chunk as u64;
+        // Byte `o` of the file is fill[o % chunk]; start at the current end
+        // so that no byte already there is rewritten.
+        let mut off = have;
         while off < need {
-            let n = (need - off).min(chunk as u64) as usize;
-            f.write(&b, 0, n, off)?;
+            let at = (off % chunk as u64) as usize;
+            let n = (need - off).min((chunk - at) as u64) as usize;
+            f.write(&b, at, n, off)?;
             off += n as u64;
         }
         // SAFETY: valid fd.
         if unsafe { libc::fsync(f.raw_fd()) } < 0 {
-            return Err(fgds::Error::Io {
-                op: format!("fsync {}", a.file.display()),
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(io_err(format!("fsync {name}"), std::io::Error::last_os_error()).into());
         }
     }
     Ok(())
@@ -439,7 +573,8 @@ fn open_flags(a: &BenchArgs) -> i32 {
     if a.rw == Rw::Read {
         libc::O_RDONLY
     } else {
-        libc::O_RDWR | libc::O_CREAT
+        // prepare() created the file, or found one it may write
+        libc::O_RDWR
     }
 }
 
@@ -1069,18 +1204,20 @@ fn print_table(rep: &Report) {
     }
 }
 
-pub fn run(a: BenchArgs) -> Result<ExitCode, fgds::Error> {
+pub fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
     if a.bs == 0 || a.chunk == 0 || a.threads == 0 || a.size < a.bs * a.threads as u64 {
         return Err(fgds::Error::InvalidArgument(
             "need bs > 0, chunk > 0, threads > 0 and size >= bs * threads".into(),
-        ));
+        )
+        .into());
     }
     let g = geometry(&a);
     if g.span < a.bs || g.span < g.req {
         return Err(fgds::Error::InvalidArgument(format!(
             "--file-size {} is smaller than one call ({})",
             g.span, a.bs
-        )));
+        ))
+        .into());
     }
     if a.prepare_only {
         prepare(&a, true)?;

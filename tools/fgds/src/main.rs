@@ -35,12 +35,21 @@ enum Cmd {
     Bench(bench::BenchArgs),
 }
 
+/// What stops a command.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Fgds(#[from] fgds::Error),
+    #[error(transparent)]
+    Bench(#[from] bench::BenchError),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.cmd {
-        Cmd::List { json } => list(json),
-        Cmd::Check { file, json } => check::run(file.as_deref(), json),
-        Cmd::Bench(a) => bench::run(a),
+    let r: Result<ExitCode, CliError> = match cli.cmd {
+        Cmd::List { json } => list(json).map_err(CliError::from),
+        Cmd::Check { file, json } => check::run(file.as_deref(), json).map_err(CliError::from),
+        Cmd::Bench(a) => bench::run(a).map_err(CliError::from),
     };
     match r {
         Ok(code) => code,

@@ -170,3 +170,113 @@ fn bench_small_with_baseline_json() {
         );
     }
 }
+
+/// A file of the user's: bytes that are not the benchmark's fill pattern.
+fn users_file(p: &std::path::Path, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(p, &data).unwrap();
+    data
+}
+
+fn bench(p: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["bench", "-f", p.to_str().unwrap(), "-b", "1M", "--json"];
+    args.extend_from_slice(extra);
+    fgds().args(args).output().unwrap()
+}
+
+/// Issue 19: `fgds bench --rw read -s 32M` on an existing 10 MiB file of the
+/// user's rewrote it from byte 8388609 and grew it to 32 MiB. It must stop
+/// before it starts, name --overwrite, and leave the file as it was; with
+/// --overwrite it may grow the file but keeps every byte already there.
+#[test]
+fn bench_read_does_not_grow_a_users_file() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("users.bin");
+    let data = users_file(&p, 10 << 20);
+    let out = bench(&p, &["--rw", "read", "-s", "32M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--overwrite"), "{err}");
+    assert!(err.contains("not created by fgds bench"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing ran");
+    assert_eq!(std::fs::read(&p).unwrap(), data, "the file was changed");
+
+    let out = bench(&p, &["--rw", "read", "-s", "32M", "--overwrite"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("--overwrite: will grow it"), "{err}");
+    let now = std::fs::read(&p).unwrap();
+    assert_eq!(now.len(), 32 << 20);
+    assert!(
+        now[..data.len()] == data[..],
+        "bytes already there were rewritten"
+    );
+}
+
+/// A read run on a user's file that is large enough only reads it; a write
+/// run on it is refused without --overwrite.
+#[test]
+fn bench_write_does_not_overwrite_a_users_file() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("users.bin");
+    let data = users_file(&p, 4 << 20);
+    let out = bench(&p, &["--rw", "read", "-s", "4M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), data);
+    let out = bench(&p, &["--rw", "write", "-s", "4M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--overwrite") && err.contains("overwrite its first"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), data, "the file was changed");
+    let out = bench(&p, &["--rw", "write", "-s", "4M", "--overwrite"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(std::fs::read(&p).unwrap(), data);
+}
+
+/// A file fgds bench created is its own: later runs grow and write it
+/// without --overwrite, and the first run says it creates it.
+#[test]
+fn bench_grows_and_writes_its_own_file() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("own.bin");
+    let out = bench(&p, &["--rw", "read", "-s", "2M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("creating it"), "{err}");
+    let first = std::fs::read(&p).unwrap();
+    assert_eq!(first.len(), 2 << 20);
+    let out = bench(&p, &["--rw", "read", "-s", "12M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let grown = std::fs::read(&p).unwrap();
+    assert_eq!(grown.len(), 12 << 20);
+    assert!(grown[..first.len()] == first[..]);
+    // the fill is position-dependent, whatever the run that wrote it
+    let fresh = d.path().join("fresh.bin");
+    let out = bench(&fresh, &["--rw", "read", "-s", "12M"]);
+    assert!(out.status.success());
+    assert!(
+        std::fs::read(&fresh).unwrap() == grown,
+        "grown file differs from a fresh fill"
+    );
+    let out = bench(&p, &["--rw", "write", "-s", "2M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
