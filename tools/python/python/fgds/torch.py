@@ -16,6 +16,7 @@ and through pinned bounce buffers otherwise (``GdsFile.stats()`` says
 which). torch is imported lazily, so ``import fgds.torch`` works without it.
 """
 
+import mmap
 import os
 import threading
 
@@ -320,12 +321,24 @@ def save_state_dict(state_dict, path, **file_kwargs):
     return st
 
 
+def _host_storage(torch, nbytes):
+    """An untyped CPU storage of ``nbytes`` at a page-aligned address
+    (anonymous ``mmap``, kept alive by the storage), so that O_DIRECT reads
+    go straight into it: torch's own CPU allocations are only 64-byte
+    aligned, and every byte read into them would bounce."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8).untyped_storage()
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.uint8).untyped_storage()
+
+
 def load_state_dict(path, device="cuda", *, return_stats=False, **file_kwargs):
     """Loads a checkpoint written by :func:`save_state_dict` (or any
     ``torch.save`` file with 4096-aligned storages) onto ``device``:
     metadata with ``torch.load`` under ``FakeTensorMode``, then each storage
     read with fgds from its ``_checkpoint_offset`` into fresh memory on
-    ``device``. Views and shared storages are preserved."""
+    ``device`` (for "cpu" page-aligned, so that the reads are O_DIRECT and
+    ``return_stats=True`` shows them as ``direct_bytes``). Views and shared
+    storages are preserved."""
     torch = _torch()
     dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     fake_sd = _fake_load(path)
@@ -337,7 +350,10 @@ def load_state_dict(path, device="cuda", *, return_stats=False, **file_kwargs):
         fs = v.untyped_storage()
         off = _checkpoint_offset(v)
         if off not in real:
-            s = torch.empty(fs.nbytes(), dtype=torch.uint8, device=dev).untyped_storage()
+            if dev.type == "cpu":
+                s = _host_storage(torch, fs.nbytes())
+            else:
+                s = torch.empty(fs.nbytes(), dtype=torch.uint8, device=dev).untyped_storage()
             real[off] = s
             storages.append(s)
             offsets.append(off)
