@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -9,6 +10,7 @@ import fgds
 from fgds import safetensors as fst
 
 st_numpy = pytest.importorskip("safetensors.numpy")
+from safetensors import SafetensorError, safe_open as safe_open_ref  # noqa: E402
 
 
 def sample():
@@ -85,8 +87,14 @@ def test_bad_files(tmpdir_ext4):
     with pytest.raises(fst.SafetensorsError, match="data_offsets"):
         fst.load_file_numpy(p)
     write_raw(p, {"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}}, b"\0")
-    with pytest.raises(fst.SafetensorsError, match="dtype"):
+    with pytest.raises(fst.SafetensorsError, match="unknown dtype 'Q9'"):
         fst.load_file_numpy(p)
+    # three F4 values are a byte and a half: refused, as by safetensors
+    write_raw(p, {"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, b"\0\0")
+    with pytest.raises(fst.SafetensorsError, match="byte boundary"):
+        fst.read_header(p)
+    with pytest.raises(SafetensorError):
+        safe_open_ref(p, "np")
     write_raw(p, {"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}, b"\0\0")
     with pytest.raises(fst.SafetensorsError, match="numpy"):
         fst.load_file_numpy(p)
@@ -112,3 +120,124 @@ def test_torch_matches_safetensors(tmpdir_ext4):
         for k in ref:
             assert ours[k].dtype == ref[k].dtype and ours[k].device == ref[k].device
             assert torch.equal(ours[k], ref[k])
+
+
+def reference_dtypes(tmpdir):
+    """The dtypes the installed safetensors package knows, from its own
+    error for an unknown one ("unknown variant `Q9`, expected one of ...")."""
+    p = os.path.join(tmpdir, "q.safetensors")
+    write_raw(p, {"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}}, b"\0")
+    with pytest.raises(SafetensorError) as e:
+        safe_open_ref(p, "np")
+    msg = str(e.value)
+    assert "expected one of" in msg, msg
+    return re.findall(r"`([A-Z0-9_]+)`", msg.split("expected one of", 1)[1])
+
+
+def every_dtype_file(p):
+    """A file with one tensor of every dtype of fgds.safetensors.DTYPES
+    (F4 and F6 with element counts that fill whole bytes), its bytes
+    distinct per tensor, and metadata."""
+    header, data, off = {"__metadata__": {"who": "fgds", "n": "22"}}, b"", 0
+    for i, (dt, bits) in enumerate(fgds.safetensors.DTYPES.items()):
+        shape = [3, 8] if bits % 8 else [5, 3]
+        n = 3 * 8 * bits // 8 if bits % 8 else 15 * bits // 8
+        if dt == "BOOL":
+            blob = bytes((i + k) % 2 for k in range(n))
+        elif dt.startswith("F8_E8M0"):
+            blob = bytes(127 + k % 5 for k in range(n))
+        else:
+            blob = bytes((i * 37 + k * 11) % 120 for k in range(n))
+        header[f"t_{dt.lower()}"] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+        data += blob
+        off += n
+    write_raw(p, header, data)
+    return header
+
+
+def test_every_safetensors_dtype(tmpdir_ext4):
+    """Issue 19: fgds.safetensors refused dtypes that safetensors loads
+    (F8_E8M0). The dtype list must be the installed safetensors package's,
+    and a file with every one of them must open here as it does there:
+    same keys, shapes, dtypes, metadata, and (for numpy's dtypes) data."""
+    assert sorted(reference_dtypes(tmpdir_ext4)) == sorted(fgds.safetensors.DTYPES)
+    p = os.path.join(tmpdir_ext4, "all.safetensors")
+    header = every_dtype_file(p)
+    tensors, meta, _ = fst.read_header(p)
+    assert meta == header["__metadata__"]
+    with safe_open_ref(p, "np") as ref, fst.safe_open(p, framework="np") as ours:
+        assert ours.keys() == ref.keys()
+        assert ours.offset_keys() == ref.offset_keys()
+        assert ours.metadata() == ref.metadata()
+        for k in ref.keys():
+            assert ours.get_slice(k).get_dtype() == ref.get_slice(k).get_dtype(), k
+            assert ours.get_slice(k).get_shape() == ref.get_slice(k).get_shape(), k
+            dt = ref.get_slice(k).get_dtype()
+            if fst._DTYPES[dt][1] is None:
+                # numpy has no such dtype: both refuse, ours says why
+                with pytest.raises(fst.SafetensorsError, match="no numpy equivalent"):
+                    ours.get_tensor(k)
+                continue
+            a, b = ours.get_tensor(k), ref.get_tensor(k)
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), k
+
+
+def test_safe_open_numpy_is_lazy(tmpdir_ext4):
+    p = os.path.join(tmpdir_ext4, "m.safetensors")
+    st_numpy.save_file(sample(), p, metadata={"format": "np"})
+    with fst.safe_open(p, framework="numpy") as f, safe_open_ref(p, "np") as ref:
+        assert f.keys() == ref.keys() and f.metadata() == {"format": "np"}
+        big = f.get_tensor("big")
+        st = f.stats()
+        # one tensor read, not the file: 600000 x 4 bytes
+        assert st["read_bytes"] == big.nbytes == 2_400_000, st
+        assert st["direct_bytes"] > 0, st
+        assert np.array_equal(big, ref.get_tensor("big"))
+        assert np.array_equal(f.get_slice("w")[3:5], ref.get_slice("w")[3:5])
+        some = f.get_tensors(["w", "idx"])
+        assert list(some) == [k for k in f.offset_keys() if k in ("w", "idx")]
+        check_equal(f.get_tensors(), {k: ref.get_tensor(k) for k in ref.keys()})
+        with pytest.raises(fst.SafetensorsError, match="does not contain tensor 'nope'"):
+            f.get_tensor("nope")
+    with pytest.raises(fst.SafetensorsError, match="closed"):
+        f.get_tensor("w")
+    with pytest.raises(fst.SafetensorsError, match="framework 'tf' is not supported"):
+        fst.safe_open(p, framework="tf")
+    with pytest.raises(fst.SafetensorsError, match="cpu"):
+        fst.safe_open(p, framework="np", device="cuda")
+    with pytest.raises(FileNotFoundError):
+        fst.safe_open(p + ".missing", framework="np")
+
+
+def test_torch_every_dtype_matches_safetensors(tmpdir_ext4):
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    p = os.path.join(tmpdir_ext4, "all.safetensors")
+    every_dtype_file(p)
+    with safe_open_ref(p, "pt") as ref, fst.safe_open(p, framework="pt") as ours:
+        loaded = 0
+        for k in ref.keys():
+            dt = ref.get_slice(k).get_dtype()
+            try:
+                b = ref.get_tensor(k)
+            except Exception:
+                # safetensors cannot give it in this torch (F6, or an old
+                # torch): neither can we, and we say why
+                with pytest.raises(fst.SafetensorsError, match="cannot be loaded into torch"):
+                    ours.get_tensor(k)
+                continue
+            a = ours.get_tensor(k)
+            assert a.dtype == b.dtype and a.shape == b.shape, (k, dt)
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), k
+            loaded += 1
+        assert loaded >= 16
+    # load_file: the same for a file of torch's dtypes
+    names = [f"t_{d.lower()}" for d, v in fst._DTYPES.items() if v[2] and hasattr(torch, v[2])]
+    q = os.path.join(tmpdir_ext4, "pt.safetensors")
+    with safe_open_ref(p, "pt") as ref:
+        st_torch.save_file({k: ref.get_tensor(k) for k in names}, q)
+    ours, ref = fst.load_file(q), st_torch.load_file(q)
+    assert ours.keys() == ref.keys()
+    for k in ref:
+        assert ours[k].dtype == ref[k].dtype and ours[k].shape == ref[k].shape, k
+        assert torch.equal(ours[k].view(torch.uint8), ref[k].view(torch.uint8)), k

@@ -2,50 +2,81 @@
 
 ``load_file(path, device="cpu")`` returns the same dict as
 ``safetensors.torch.load_file``; ``load_file_numpy(path)`` the same as
-``safetensors.numpy.load_file``. The header (8-byte little-endian length +
-JSON) is parsed here; the tensor data is read into one registered buffer,
-one request per tensor, all submitted at once through an :class:`fgds.Batch`
-(so they run in parallel on fgds' I/O threads, each split into chunks that
-are themselves in flight together). The buffer is laid out like the file's
-data section, placed so that buffer and file offsets agree modulo 4096 and
+``safetensors.numpy.load_file``; ``safe_open(path, framework, device)`` is
+the lazy API of ``safetensors.safe_open`` (``keys``, ``offset_keys``,
+``metadata``, ``get_tensor``, ``get_slice``, ``get_tensors``), reading only
+the tensors asked for. The header (8-byte little-endian length + JSON) is
+parsed here; every dtype of the safetensors format is understood
+(:data:`DTYPES`). Tensor data is read into registered buffers, one request
+per tensor, submitted together through an :class:`fgds.Batch` (so they run
+in parallel on fgds' I/O threads, each split into chunks that are
+themselves in flight together). A buffer is laid out like the file's data
+section, placed so that buffer and file offsets agree modulo 4096 and
 O_DIRECT (or peer-to-peer DMA for GPU memory) can be used for the bulk.
 """
 
 import json
-import math
 import os
 import struct
 
 from . import _fgds
 
-__all__ = ["read_header", "load_file", "load_file_numpy", "SafetensorsError"]
+__all__ = [
+    "DTYPES",
+    "read_header",
+    "load_file",
+    "load_file_numpy",
+    "safe_open",
+    "SafetensorsError",
+]
 
 ALIGN = 4096
 _MAX_HEADER = 100 * 1024 * 1024
 
-# safetensors dtype -> (itemsize, numpy dtype str or None, torch dtype name)
+# Every dtype of the safetensors format (safetensors' `Dtype` enum, in its
+# order): bits per element, numpy dtype (None: numpy has none, as in
+# safetensors.numpy), torch dtype name (None: torch has none).
 _DTYPES = {
-    "F64": (8, "<f8", "float64"),
-    "F32": (4, "<f4", "float32"),
-    "F16": (2, "<f2", "float16"),
-    "BF16": (2, None, "bfloat16"),
-    "I64": (8, "<i8", "int64"),
-    "I32": (4, "<i4", "int32"),
-    "I16": (2, "<i2", "int16"),
-    "I8": (1, "i1", "int8"),
-    "U64": (8, "<u8", "uint64"),
-    "U32": (4, "<u4", "uint32"),
-    "U16": (2, "<u2", "uint16"),
-    "U8": (1, "u1", "uint8"),
-    "BOOL": (1, "?", "bool"),
-    "F8_E4M3": (1, None, "float8_e4m3fn"),
-    "F8_E5M2": (1, None, "float8_e5m2"),
-    "C64": (8, "<c8", "complex64"),
+    "BOOL": (8, "?", "bool"),
+    "F4": (4, None, "float4_e2m1fn_x2"),  # two per byte; torch's last dim is halved
+    "F6_E2M3": (6, None, None),
+    "F6_E3M2": (6, None, None),
+    "U8": (8, "u1", "uint8"),
+    "I8": (8, "i1", "int8"),
+    "F8_E5M2": (8, None, "float8_e5m2"),
+    "F8_E4M3": (8, None, "float8_e4m3fn"),
+    "F8_E8M0": (8, None, "float8_e8m0fnu"),
+    "F8_E4M3FNUZ": (8, None, "float8_e4m3fnuz"),
+    "F8_E5M2FNUZ": (8, None, "float8_e5m2fnuz"),
+    "I16": (16, "<i2", "int16"),
+    "U16": (16, "<u2", "uint16"),
+    "F16": (16, "<f2", "float16"),
+    "BF16": (16, None, "bfloat16"),
+    "I32": (32, "<i4", "int32"),
+    "U32": (32, "<u4", "uint32"),
+    "F32": (32, "<f4", "float32"),
+    "C64": (64, "<c8", "complex64"),
+    "F64": (64, "<f8", "float64"),
+    "I64": (64, "<i8", "int64"),
+    "U64": (64, "<u8", "uint64"),
 }
+
+#: dtype name -> bits per element, for every dtype of the safetensors format.
+DTYPES = {k: v[0] for k, v in _DTYPES.items()}
+
+_FRAMEWORKS = {"pt": "pt", "torch": "pt", "np": "np", "numpy": "np"}
 
 
 class SafetensorsError(ValueError):
-    """The file is not a valid safetensors file."""
+    """The file is not a valid safetensors file, or a tensor of it cannot be
+    given in the framework asked for."""
+
+
+def _nelements(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def read_header(path):
@@ -72,6 +103,10 @@ def read_header(path):
     data_start = 8 + n
     data_len = size - data_start
     meta = hdr.pop("__metadata__", None)
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+    ):
+        raise SafetensorsError(f"{path}: __metadata__ is not a map of strings")
     tensors = {}
     for name, info in hdr.items():
         try:
@@ -81,9 +116,19 @@ def read_header(path):
         except (KeyError, TypeError, ValueError):
             raise SafetensorsError(f"{path}: bad header entry for {name!r}") from None
         if dtype not in _DTYPES:
-            raise SafetensorsError(f"{path}: {name!r}: unsupported dtype {dtype}")
-        nbytes = math.prod(shape) * _DTYPES[dtype][0]
-        if begin < 0 or end < begin or end - begin != nbytes or end > data_len:
+            raise SafetensorsError(
+                f"{path}: {name!r}: unknown dtype {dtype!r} (the safetensors format has "
+                f"{', '.join(_DTYPES)})"
+            )
+        if any(d < 0 for d in shape):
+            raise SafetensorsError(f"{path}: {name!r}: negative dimension in shape {shape}")
+        nbits = _nelements(shape) * _DTYPES[dtype][0]
+        if nbits % 8:
+            raise SafetensorsError(
+                f"{path}: {name!r}: {_nelements(shape)} x {dtype} ({DTYPES[dtype]} bits each) "
+                "does not end on a byte boundary"
+            )
+        if begin < 0 or end < begin or end - begin != nbits // 8 or end > data_len:
             raise SafetensorsError(
                 f"{path}: {name!r}: data_offsets [{begin}, {end}) do not match "
                 f"shape {shape} x {dtype} or the file size"
@@ -93,65 +138,144 @@ def read_header(path):
     return tensors, meta, data_start
 
 
-def _read_all(path, buf, tensors, data_start, file_kwargs, batch_size=1024):
+def _read_all(path, f, buf, tensors, data_start, base=0, batch_size=1024):
     """Reads every tensor's bytes at its data offset into ``buf`` (an
-    fgds.Buffer laid out like the data section). Returns the file's stats."""
+    fgds.Buffer laid out like the data section from offset ``base`` on)
+    through the open fgds.File ``f``."""
     reqs = [
-        ("read", None, buf, end - begin, data_start + begin, begin, name)
+        ("read", f, buf, end - begin, data_start + begin, begin - base, name)
         for name, (_, _, begin, end) in tensors.items()
         if end > begin
     ]
-    with _fgds.File(path, "r", **file_kwargs) as f:
-        reqs = [(op, f, b, n, fo, bo, c) for op, _, b, n, fo, bo, c in reqs]
-        with _fgds.Batch(min(max(len(reqs), 1), batch_size)) as batch:
-            for i in range(0, len(reqs), batch_size):
-                part = reqs[i : i + batch_size]
-                batch.submit(part)
-                want = {r[6]: r[3] for r in part}
-                done = 0
-                while done < len(part):
-                    for cookie, status, result in batch.wait(len(part) - done):
-                        if status in ("pending", "timeout"):
-                            continue
-                        done += 1
-                        if status != "complete":
-                            err = -result if result < 0 else 5
-                            raise _fgds.FgdsError(
-                                err, f"{path}: reading tensor {cookie!r} {status}: {os.strerror(err)}"
-                            )
-                        if result != want[cookie]:
-                            raise SafetensorsError(
-                                f"{path}: tensor {cookie!r}: short read ({result} of {want[cookie]} bytes)"
-                            )
-        return f.stats()
+    if not reqs:
+        return
+    with _fgds.Batch(min(len(reqs), batch_size)) as batch:
+        for i in range(0, len(reqs), batch_size):
+            part = reqs[i : i + batch_size]
+            batch.submit(part)
+            want = {r[6]: r[3] for r in part}
+            done = 0
+            while done < len(part):
+                for cookie, status, result in batch.wait(len(part) - done):
+                    if status in ("pending", "timeout"):
+                        continue
+                    done += 1
+                    if status != "complete":
+                        err = -result if result < 0 else 5
+                        raise _fgds.FgdsError(
+                            err, f"{path}: reading tensor {cookie!r} {status}: {_fgds.strerror(err)}"
+                        )
+                    if result != want[cookie]:
+                        raise SafetensorsError(
+                            f"{path}: tensor {cookie!r}: short read ({result} of {want[cookie]} bytes)"
+                        )
 
 
-def _pad_for(addr, data_start):
-    return (data_start - addr) % ALIGN
+def _pad_for(addr, file_offset):
+    return (file_offset - addr) % ALIGN
+
+
+def _numpy_dtype(name, dtype):
+    npd = _DTYPES[dtype][1]
+    if npd is None:
+        raise SafetensorsError(
+            f"{name!r}: dtype {dtype} has no numpy equivalent (as in safetensors.numpy); "
+            "load it with framework='pt'"
+        )
+    import numpy as np
+
+    return np.dtype(npd)
+
+
+def _torch_dtype(torch, name, dtype):
+    tname = _DTYPES[dtype][2]
+    tdt = getattr(torch, tname, None) if tname else None
+    if tdt is None:
+        have = f"torch {torch.__version__} has no {tname}" if tname else "torch has no such dtype"
+        raise SafetensorsError(f"{name!r}: dtype {dtype} cannot be loaded into torch: {have}")
+    return tdt
+
+
+def _torch_shape(name, dtype, shape):
+    """torch's shape of a tensor: F4 packs two elements per byte, so the
+    last dimension is halved (as in safetensors.torch)."""
+    if dtype != "F4":
+        return list(shape)
+    if not shape or shape[-1] % 2:
+        raise SafetensorsError(
+            f"{name!r}: F4 in torch (float4_e2m1fn_x2) needs an even last dimension, got {shape}"
+        )
+    return list(shape[:-1]) + [shape[-1] // 2]
+
+
+def _load_numpy(path, f, tensors, data_start):
+    """The tensors of ``tensors`` as numpy arrays, read through ``f``."""
+    import numpy as np
+
+    for name, (dtype, _, _, _) in tensors.items():
+        _numpy_dtype(name, dtype)
+    lo = min((b for _, _, b, _ in tensors.values()), default=0)
+    hi = max((e for _, _, _, e in tensors.values()), default=0)
+    total = hi - lo
+    raw = np.empty(total + ALIGN, dtype=np.uint8)
+    pad = _pad_for(raw.ctypes.data, data_start + lo)
+    region = raw[pad : pad + total]
+    if total:
+        with _fgds.Buffer(region) as buf:
+            _read_all(path, f, buf, tensors, data_start, base=lo)
+    out = {}
+    for name, (dtype, shape, begin, end) in tensors.items():
+        out[name] = region[begin - lo : end - lo].view(_numpy_dtype(name, dtype)).reshape(shape)
+    return out
+
+
+def _load_torch(path, f, tensors, data_start, dev, copy):
+    """The tensors of ``tensors`` as torch tensors on ``dev``, read through
+    ``f``: views of one buffer unless ``copy``."""
+    import torch
+
+    kinds = {}
+    for name, (dtype, shape, _, _) in tensors.items():
+        kinds[name] = (_torch_dtype(torch, name, dtype), _torch_shape(name, dtype, shape))
+    lo = min((b for _, _, b, _ in tensors.values()), default=0)
+    hi = max((e for _, _, _, e in tensors.values()), default=0)
+    total = hi - lo
+    raw = torch.empty(total + ALIGN, dtype=torch.uint8, device=dev)
+    pad = _pad_for(raw.data_ptr(), data_start + lo)
+    region = raw[pad : pad + total]
+    if total:
+        if dev.type == "cuda":
+            buf = _fgds.Buffer.from_cuda(region.data_ptr(), total, owner=raw)
+        else:
+            buf = _fgds.Buffer.from_host(region.data_ptr(), total, owner=raw)
+        with buf:
+            _read_all(path, f, buf, tensors, data_start, base=lo)
+    out = {}
+    for name, (dtype, _, begin, end) in tensors.items():
+        tdt, shape = kinds[name]
+        if end == begin:
+            out[name] = torch.empty(shape, dtype=tdt, device=dev)
+            continue
+        piece = region[begin - lo : end - lo]
+        itemsize = torch.empty(0, dtype=tdt).element_size()
+        if (pad + begin - lo) % itemsize:
+            piece = piece.clone()  # views need element-aligned storage offsets
+        t = piece.view(tdt).reshape(shape)
+        out[name] = t.clone() if copy else t
+    return out
 
 
 def load_file_numpy(path, *, return_stats=False, **file_kwargs):
-    """Same result as ``safetensors.numpy.load_file(path)`` (BF16 and FP8 are
-    not representable in numpy and raise, as there). ``file_kwargs`` go to
-    :class:`fgds.File` (strict, chunk_size, queue_depth, ...)."""
-    import numpy as np
-
+    """Same result as ``safetensors.numpy.load_file(path)`` (BF16, FP8, F4
+    and F6 are not representable in numpy and raise, as there).
+    ``file_kwargs`` go to :class:`fgds.File` (strict, chunk_size,
+    queue_depth, ...)."""
     tensors, _, data_start = read_header(path)
     for name, (dtype, _, _, _) in tensors.items():
-        if _DTYPES[dtype][1] is None:
-            raise SafetensorsError(f"{name!r}: dtype {dtype} has no numpy equivalent")
-    total = max((e for _, _, _, e in tensors.values()), default=0)
-    raw = np.empty(total + ALIGN, dtype=np.uint8)
-    pad = _pad_for(raw.ctypes.data, data_start)
-    region = raw[pad : pad + total]
-    stats = None
-    if total:
-        with _fgds.Buffer(region) as buf:
-            stats = _read_all(path, buf, tensors, data_start, file_kwargs)
-    out = {}
-    for name, (dtype, shape, begin, end) in tensors.items():
-        npd = np.dtype(_DTYPES[dtype][1])
-        out[name] = region[begin:end].view(npd).reshape(shape)
+        _numpy_dtype(name, dtype)
+    with _fgds.File(path, "r", **file_kwargs) as f:
+        out = _load_numpy(path, f, tensors, data_start)
+        stats = f.stats() if tensors else None
     return (out, stats) if return_stats else out
 
 
@@ -172,32 +296,124 @@ def load_file(path, device="cpu", *, copy=False, return_stats=False, **file_kwar
     (peer to peer when the fgds module serves the GPU; otherwise pinned
     bounce buffers -- ``return_stats=True`` returns ``(dict, stats)`` so you
     can see which)."""
-    import torch
-
     dev = _torch_device(device)
     tensors, _, data_start = read_header(path)
-    total = max((e for _, _, _, e in tensors.values()), default=0)
-    raw = torch.empty(total + ALIGN, dtype=torch.uint8, device=dev)
-    pad = _pad_for(raw.data_ptr(), data_start)
-    region = raw[pad : pad + total]
-    stats = None
-    if total:
-        if dev.type == "cuda":
-            buf = _fgds.Buffer.from_cuda(region.data_ptr(), total, owner=raw)
-        else:
-            buf = _fgds.Buffer.from_host(region.data_ptr(), total, owner=raw)
-        with buf:
-            stats = _read_all(path, buf, tensors, data_start, file_kwargs)
-    out = {}
-    for name, (dtype, shape, begin, end) in tensors.items():
-        tdt = getattr(torch, _DTYPES[dtype][2])
-        if end == begin:
-            out[name] = torch.empty(shape, dtype=tdt, device=dev)
-            continue
-        piece = region[begin:end]
-        itemsize = _DTYPES[dtype][0]
-        if (pad + begin) % itemsize:
-            piece = piece.clone()  # views need element-aligned storage offsets
-        t = piece.view(tdt).reshape(shape)
-        out[name] = t.clone() if copy else t
+    with _fgds.File(path, "r", **file_kwargs) as f:
+        out = _load_torch(path, f, tensors, data_start, dev, copy)
+        stats = f.stats() if tensors else None
     return (out, stats) if return_stats else out
+
+
+class _Slice:
+    """What ``safe_open.get_slice`` returns: shape and dtype without reading;
+    indexing reads the tensor and indexes it."""
+
+    def __init__(self, owner, name):
+        self._owner = owner
+        self._name = name
+
+    def get_shape(self):
+        return list(self._owner._tensors[self._name][1])
+
+    def get_dtype(self):
+        return self._owner._tensors[self._name][0]
+
+    def __getitem__(self, index):
+        return self._owner.get_tensor(self._name)[index]
+
+
+class safe_open:
+    """Lazy access to a safetensors file, as ``safetensors.safe_open``::
+
+        with fgds.safetensors.safe_open(path, framework="pt", device="cuda") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)      # reads this tensor only
+            meta = f.metadata()
+
+    ``framework``: "pt"/"torch" (tensors on ``device``: "cpu", "cuda",
+    "cuda:N", an int or a torch.device) or "np"/"numpy" (``device`` "cpu").
+    The header is parsed when the object is made; the file is opened once
+    (``file_kwargs`` go to :class:`fgds.File`) and closed by ``close()`` or
+    at the end of the ``with`` block. ``get_tensors()`` reads every tensor
+    in one batch; ``stats()`` gives the file's fgds statistics.
+    """
+
+    def __init__(self, filename, framework, device="cpu", **file_kwargs):
+        fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
+        if fw is None:
+            raise SafetensorsError(
+                f"framework {framework!r} is not supported: use 'pt' (torch) or 'np' (numpy)"
+            )
+        self._path = os.fspath(filename)
+        self._framework = fw
+        if fw == "np":
+            if device not in ("cpu", None):
+                raise SafetensorsError(f"framework 'np' loads to 'cpu' only, not {device!r}")
+            self._device = None
+        else:
+            self._device = _torch_device("cpu" if device is None else device)
+        self._tensors, self._meta, self._data_start = read_header(self._path)
+        self._file = _fgds.File(self._path, "r", **file_kwargs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        """Closes the file; tensors already returned stay valid."""
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+    def _open(self):
+        if self._file is None:
+            raise SafetensorsError(f"{self._path}: the file is closed")
+        return self._file
+
+    def keys(self):
+        """Names of the tensors, sorted."""
+        return sorted(self._tensors)
+
+    def offset_keys(self):
+        """Names of the tensors in the order of their data in the file."""
+        return list(self._tensors)
+
+    def metadata(self):
+        """The ``__metadata__`` map of the header, or None."""
+        return None if self._meta is None else dict(self._meta)
+
+    def _pick(self, names):
+        out = {}
+        for n in names:
+            if n not in self._tensors:
+                raise SafetensorsError(f"{self._path}: file does not contain tensor {n!r}")
+            out[n] = self._tensors[n]
+        return dict(sorted(out.items(), key=lambda kv: kv[1][2]))
+
+    def _load(self, tensors):
+        f = self._open()
+        if self._framework == "np":
+            return _load_numpy(self._path, f, tensors, self._data_start)
+        return _load_torch(self._path, f, tensors, self._data_start, self._device, copy=False)
+
+    def get_tensor(self, name):
+        """Reads tensor ``name`` (into memory of its own)."""
+        return self._load(self._pick([name]))[name]
+
+    def get_tensors(self, names=None):
+        """Reads the tensors ``names`` (default: all) in one batch; a dict
+        in file order. They are views of one buffer spanning them."""
+        return self._load(self._pick(self._tensors if names is None else names))
+
+    def get_slice(self, name):
+        """Shape and dtype of ``name`` without reading it (``get_shape()``,
+        ``get_dtype()``); indexing it reads the tensor."""
+        self._pick([name])
+        return _Slice(self, name)
+
+    def stats(self):
+        """fgds statistics of the file (direct_bytes, bounce_bytes, ...)."""
+        return self._open().stats()
