@@ -7,18 +7,11 @@
  * -lpthread -ldl -lm). Every function is thread-safe.
  *
  * Errors: functions return a negative errno-style code (-EINVAL, ...);
- * fgds_strerror() describes a code and fgds_last_error() gives the detailed
- * message of the calling thread's last failure.
- *
- * Codes: -EBADF bad handle/fd or file not open for that direction,
- * -EINVAL invalid or (strict mode) misaligned argument, -ERANGE range out of
- * a buffer, -EFAULT address not in a registered buffer, -EEXIST buffer
- * already registered, -E2BIG too many segments, -EAGAIN batch full,
- * -ENODEV no fgds device / GPU gone / buffer revoked, -EXDEV dma-buf not in
- * this GPU's BARs, -EBUSY pages already registered, -EOPNOTSUPP exporter
- * refuses P2P, -EREMOTEIO P2P impossible and strict mode forbids the
- * fallback, -ENOSYS CUDA/HIP not available, -EIO I/O or CUDA/HIP error,
- * -ECANCELED canceled, -ETIMEDOUT timed out, -EPROTO driver API mismatch.
+ * fgds_strerror() says what a code means, fgds_strhint() what to do about
+ * it, and fgds_last_error() gives the detailed message of the calling
+ * thread's last failure. The codes and their text are one table,
+ * ERRNOS in tools/lib/fgds/src/error.rs, printed in tools/lib/fgds/README.md
+ * ("Errno meanings"); the Python bindings and the fgds tool use it too.
  */
 #ifndef FGDS_H
 #define FGDS_H
@@ -128,6 +121,8 @@ int fgds_write_async(int handle, void *base, const size_t *size,
 int fgds_get_stats(int handle, struct fgds_stats *out);
 /* Static description of a code (negative or positive). */
 const char *fgds_strerror(int code);
+/* Static hint of what to do about a code (negative or positive). */
+const char *fgds_strhint(int code);
 /* Detailed message of this thread's last failure. */
 const char *fgds_last_error(void);
 

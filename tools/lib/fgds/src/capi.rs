@@ -572,16 +572,35 @@ pub unsafe extern "C" fn fgds_get_stats(handle: c_int, out: *mut fgds_stats) -> 
     }
 }
 
-/// Static description of a code (negative or positive).
-#[no_mangle]
-pub extern "C" fn fgds_strerror(code: c_int) -> *const c_char {
-    static TABLE: OnceLock<Mutex<HashMap<i32, CString>>> = OnceLock::new();
-    let t = TABLE.get_or_init(|| Mutex::new(HashMap::new()));
+/// A C string of `text(code)` that lives as long as the process, one per
+/// code.
+fn static_text(
+    table: &'static OnceLock<Mutex<HashMap<i32, CString>>>,
+    code: c_int,
+    text: fn(i32) -> &'static str,
+) -> *const c_char {
+    let t = table.get_or_init(|| Mutex::new(HashMap::new()));
     let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
     let key = code.unsigned_abs() as i32;
     g.entry(key)
-        .or_insert_with(|| CString::new(strerror(key)).unwrap_or_default())
+        .or_insert_with(|| CString::new(text(key)).unwrap_or_default())
         .as_ptr()
+}
+
+/// Static description of a code (negative or positive): its meaning in
+/// [`crate::error::ERRNOS`].
+#[no_mangle]
+pub extern "C" fn fgds_strerror(code: c_int) -> *const c_char {
+    static TABLE: OnceLock<Mutex<HashMap<i32, CString>>> = OnceLock::new();
+    static_text(&TABLE, code, strerror)
+}
+
+/// Static hint of what to do about a code (negative or positive), from
+/// [`crate::error::ERRNOS`].
+#[no_mangle]
+pub extern "C" fn fgds_strhint(code: c_int) -> *const c_char {
+    static TABLE: OnceLock<Mutex<HashMap<i32, CString>>> = OnceLock::new();
+    static_text(&TABLE, code, crate::error::hint)
 }
 
 /// Detailed message of the calling thread's last failure (valid until the

@@ -175,33 +175,112 @@ impl Error {
     }
 }
 
+/// What an errno means when fgds returns it, and what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrnoInfo {
+    /// The positive errno value.
+    pub errno: i32,
+    /// Its symbolic name ("EBUSY").
+    pub name: &'static str,
+    /// What it means from fgds: the library's own errors and the driver's
+    /// (`Documentation/misc-devices/fgds.rst`, "Errors").
+    pub meaning: &'static str,
+    /// What to do about it.
+    pub hint: &'static str,
+}
+
+macro_rules! errnos {
+    ($($name:ident: $meaning:literal, $hint:literal;)*) => {
+        /// The one table of error text: every errno the library, the fgds
+        /// driver and the bindings return, with its meaning and a hint. The
+        /// C ABI (`fgds_strerror`, `fgds_strhint`), the Python bindings
+        /// (`FgdsError` messages, `fgds.strerror`, `fgds.errno_table`) and
+        /// the `fgds` CLI all take their text from here, and the library's
+        /// README prints it (a test checks that it does).
+        pub const ERRNOS: &[ErrnoInfo] = &[$(ErrnoInfo {
+            errno: libc::$name,
+            name: stringify!($name),
+            meaning: $meaning,
+            hint: $hint,
+        }),*];
+    };
+}
+
+errnos! {
+    EPERM: "operation not permitted (also: mmap of a registration with PROT_EXEC)",
+        "check the permissions of the file or the /dev/fgdsN node; map registrations without PROT_EXEC";
+    ENOENT: "no such file or directory, or unknown registration cookie",
+        "check the path (a file opened without creating it must exist, and its directory always), or use a cookie this open node returned";
+    EIO: "I/O error, or a CUDA/HIP call failed",
+        "see the detailed message (fgds_last_error, the exception text) and the kernel log";
+    ENXIO: "mmap at an offset that is not a registration cookie of this open node",
+        "mmap the cookie FGDS_IOCTL_REG_BUFFER returned, on the same open file";
+    E2BIG: "too many segments (more than 1024 a call, 128 per batch request)",
+        "split the request into at most 1024 segments (128 per batch request)";
+    EBADF: "bad file descriptor or handle: not open, closed, not a dma-buf fd, or not open for this direction",
+        "open the file for this direction (Python mode 'r+'/'w+', C O_RDWR) and use a handle or dma-buf fd that is still open";
+    EAGAIN: "batch full: the submission exceeds the batch's capacity",
+        "reap completed requests (wait/poll) before submitting more, or make the batch larger";
+    ENOMEM: "out of memory",
+        "free memory or move less at once (smaller chunk_size or queue_depth)";
+    EACCES: "permission denied (also: mprotect adding PROT_EXEC to a registration)",
+        "check the permissions of the file or the /dev/fgdsN node";
+    EFAULT: "address not inside a registered buffer or a mapped registration (unregistered, revoked, or past the end of the mapping)",
+        "register the memory first (C fgds_buf_register_*, Python fgds.Buffer) and keep requests inside it";
+    EBUSY: "busy: a page of the range is already registered (a GPU BAR page belongs to one registration at a time), or a buffer is closed with I/O in flight",
+        "unregister the other registration of these pages first, or wait for the I/O in flight on the buffer to finish";
+    EEXIST: "an overlapping buffer is already registered",
+        "deregister the overlapping buffer first";
+    EXDEV: "the dma-buf's memory is not in a BAR of this node's GPU (another device's or system memory), or its exporter cannot map it for this GPU",
+        "register the buffer on the /dev/fgdsN node of the GPU that owns its memory (fgds list)";
+    ENODEV: "no fgds device: module not loaded, no GPU bound, GPU removed, or the buffer was revoked by its exporter",
+        "load the fgds module and bind the GPU (fgds check says what is missing), or use host memory; without it I/O falls back to bounce buffers unless strict mode is on";
+    EINVAL: "invalid argument: zero or too large a size, offsets or sizes not page aligned where they must be (strict mode: not O_DIRECT aligned), non-zero reserved fields or flags, not a dma-buf",
+        "check the arguments (sizes > 0, chunk_size a multiple of 4096; strict mode needs aligned offsets, sizes and addresses)";
+    ENOSPC: "no space left on the device",
+        "free space on the file system";
+    ERANGE: "range out of bounds: past the end of a buffer, or offset + size past the end of the dma-buf",
+        "keep size and buffer offset inside the buffer (and the registration inside the dma-buf)";
+    ENOSYS: "CUDA/HIP runtime not available (libcuda.so.1 / libamdhip64.so missing or too old)",
+        "install the GPU driver's user-space library, or use host memory";
+    ENOTTY: "unknown ioctl: not an fgds node",
+        "open a /dev/fgdsN node (fgds list)";
+    EPROTO: "fgds driver API version mismatch",
+        "rebuild and reinstall the fgds module and the library from one tree";
+    EOPNOTSUPP: "the dma-buf's exporter refuses a peer-to-peer importer, or set up no P2PDMA provider for the BAR",
+        "use a GPU driver that exports P2P-capable dma-bufs (fgds check), or let I/O fall back to bounce buffers";
+    ETIMEDOUT: "timed out",
+        "wait again, or with a longer timeout";
+    ECANCELED: "canceled",
+        "the request was canceled; submit it again if it is still wanted";
+    EREMOTEIO: "peer-to-peer I/O unavailable: the storage device cannot DMA to this GPU memory, and strict mode forbids the fallback",
+        "turn strict mode off to allow the bounce-buffer fallback, or put the file on an NVMe that can reach the GPU (fgds check)";
+}
+
+/// The table entry of an errno-style code (positive or negative).
+pub fn errno_info(code: i32) -> Option<&'static ErrnoInfo> {
+    let e = code.unsigned_abs();
+    ERRNOS.iter().find(|i| i.errno.unsigned_abs() == e)
+}
+
 /// Short description of an errno-style code (positive or negative), as
-/// used by `fgds_strerror`.
+/// used by `fgds_strerror`: its meaning in [`ERRNOS`].
 pub fn strerror(code: i32) -> &'static str {
-    match code.unsigned_abs() as i32 {
+    match code {
         0 => "success",
-        libc::EPERM => "operation not permitted",
-        libc::ENOENT => "no such file, device or registration",
-        libc::EIO => "I/O error (or a CUDA/HIP call failed)",
-        libc::EBADF => "bad file descriptor or handle",
-        libc::EAGAIN => "batch full, try again after reaping events",
-        libc::ENOMEM => "out of memory",
-        libc::EACCES => "permission denied",
-        libc::EFAULT => "address is not inside a registered buffer",
-        libc::EBUSY => "pages already registered",
-        libc::EEXIST => "buffer already registered",
-        libc::EXDEV => "dma-buf memory is not in this GPU's BARs",
-        libc::ENODEV => "no fgds device, GPU gone or buffer revoked",
-        libc::EINVAL => "invalid argument or misaligned offset/size/address",
-        libc::E2BIG => "too many segments",
-        libc::ERANGE => "range out of bounds",
-        libc::ENOSYS => "CUDA/HIP runtime not available",
-        libc::EPROTO => "fgds driver API version mismatch",
-        libc::EOPNOTSUPP => "operation not supported (exporter refuses peer-to-peer)",
-        libc::ETIMEDOUT => "timed out",
-        libc::ECANCELED => "canceled",
-        libc::EREMOTEIO => "peer-to-peer I/O unavailable (strict mode forbids fallback)",
-        libc::ENOSPC => "no space left on device",
-        _ => "unknown error",
+        _ => errno_info(code).map_or("unknown error", |i| i.meaning),
+    }
+}
+
+/// What to do about an errno-style code (positive or negative), from
+/// [`ERRNOS`].
+pub fn hint(code: i32) -> &'static str {
+    errno_info(code).map_or("see the errno and the detailed message", |i| i.hint)
+}
+
+impl Error {
+    /// What to do about this error ([`hint`] of its errno).
+    pub fn hint(&self) -> &'static str {
+        hint(self.errno())
     }
 }
