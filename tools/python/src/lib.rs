@@ -21,37 +21,10 @@ create_exception!(
     "An fgds operation failed; `errno` says why (subclass of OSError)."
 );
 
-fn hint(errno: i32) -> &'static str {
-    match errno {
-        libc::ENOENT => "check the path (open with mode 'w' or 'w+' to create the file)",
-        libc::EACCES | libc::EPERM => "check the file's permissions",
-        libc::EBADF => {
-            "the file or handle is not open for this direction: open it with mode 'r+' or 'w+' to read and write, or it was closed"
-        }
-        libc::ENODEV => {
-            "load the fgds kernel module and bind the GPU (or use host memory); without it I/O falls back to bounce buffers unless strict=True"
-        }
-        libc::ENOSYS => "install the GPU driver (libcuda.so.1 / libamdhip64.so) or use host memory",
-        libc::EREMOTEIO => {
-            "direct peer-to-peer I/O is impossible here; open the file with strict=False to allow the bounce-buffer fallback"
-        }
-        libc::ERANGE => "the range lies outside the buffer: check size and buf_offset against len(buffer)",
-        libc::E2BIG => "split the request into at most 1024 segments (128 per batch request)",
-        libc::EAGAIN => "reap completed requests with Batch.wait()/poll() before submitting more, or create the Batch with a larger capacity",
-        libc::ETIMEDOUT => "wait again or with a longer timeout",
-        libc::ECANCELED => "the request was canceled",
-        libc::EPROTO => "the fgds driver and library versions differ: rebuild/reinstall both",
-        libc::EFAULT => "register the memory first (fgds.Buffer)",
-        libc::EEXIST => "deregister the overlapping buffer first",
-        libc::EBUSY => "wait for the I/O in flight on this object to finish first",
-        libc::EINVAL => "check the arguments (sizes > 0, offsets, chunk_size a multiple of 4096; strict mode needs aligned offsets/sizes)",
-        libc::ENOSPC => "free space on the file system",
-        _ => "see the errno",
-    }
-}
-
+/// An `FgdsError`: the message, then what to do, from the library's one
+/// table of error text (`fgds::error::ERRNOS`).
 fn os_err(errno: i32, msg: impl std::fmt::Display) -> PyErr {
-    FgdsError::new_err((errno, format!("{msg}; {}", hint(errno))))
+    FgdsError::new_err((errno, format!("{msg}; {}", fgds::error::hint(errno))))
 }
 
 fn to_py(e: fgds::Error) -> PyErr {
@@ -1462,6 +1435,30 @@ fn strerror(code: i32) -> &'static str {
     fgds::error::strerror(code)
 }
 
+/// `strhint(errno) -> str`: what to do about an errno (the hint that
+/// `FgdsError` messages end with).
+#[pyfunction]
+fn strhint(code: i32) -> &'static str {
+    fgds::error::hint(code)
+}
+
+/// `errno_table() -> list[dict]`: the library's table of error text, one
+/// dict per errno (`errno`, `name`, `meaning`, `hint`).
+#[pyfunction]
+fn errno_table(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    fgds::error::ERRNOS
+        .iter()
+        .map(|e| {
+            let d = PyDict::new(py);
+            d.set_item("errno", e.errno)?;
+            d.set_item("name", e.name)?;
+            d.set_item("meaning", e.meaning)?;
+            d.set_item("hint", e.hint)?;
+            Ok(d)
+        })
+        .collect()
+}
+
 #[pymodule]
 fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FgdsError", m.py().get_type::<FgdsError>())?;
@@ -1473,6 +1470,8 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(list_devices, m)?)?;
     m.add_function(wrap_pyfunction!(module_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(strerror, m)?)?;
+    m.add_function(wrap_pyfunction!(strhint, m)?)?;
+    m.add_function(wrap_pyfunction!(errno_table, m)?)?;
     m.add("IOV_MAX", fgds::FGDS_IOV_MAX)?;
     m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;
     m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;

@@ -8,7 +8,10 @@ Core objects come from the Rust extension ``fgds._fgds``:
   ``write_async`` (-> :class:`Future`), ``read_on_stream``/``write_on_stream``
   (ordered on a CUDA stream, -> :class:`StreamFuture`), ``stats()``.
 * :class:`Batch` -- cuFile-style batches.
-* :class:`FgdsError` -- subclass of ``OSError`` with ``errno``.
+* :class:`FgdsError` -- subclass of ``OSError`` with ``errno``; its message
+  ends with what to do. :func:`strerror`, :func:`strhint` and
+  :func:`errno_table` give the library's one table of error text (the C
+  ABI's ``fgds_strerror``/``fgds_strhint`` and the ``fgds`` tool use it too).
 
 Submodules: :mod:`fgds.torch` (``torch.cuda.gds`` compatible),
 :mod:`fgds.safetensors`, :mod:`fgds.lmcache`.
@@ -26,8 +29,10 @@ from ._fgds import (  # noqa: F401
     Future,
     StreamFuture,
     list_devices,
+    errno_table,
     module_loaded,
     strerror,
+    strhint,
 )
 
 __all__ = [
@@ -40,6 +45,8 @@ __all__ = [
     "list_devices",
     "module_loaded",
     "strerror",
+    "strhint",
+    "errno_table",
     "aligned_bytearray",
     "IOV_MAX",
     "BATCH_IOV_MAX",
