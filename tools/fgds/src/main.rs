@@ -44,6 +44,17 @@ enum CliError {
     Bench(#[from] bench::BenchError),
 }
 
+impl CliError {
+    /// What to do, from the library's table of error text (none for the
+    /// errors whose message already says it).
+    fn hint(&self) -> Option<&'static str> {
+        match self {
+            CliError::Fgds(e) | CliError::Bench(bench::BenchError::Fgds(e)) => Some(e.hint()),
+            CliError::Bench(bench::BenchError::WouldWrite { .. }) => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r: Result<ExitCode, CliError> = match cli.cmd {
@@ -55,6 +66,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fgds: {e}");
+            if let Some(h) = e.hint() {
+                eprintln!("fgds: hint: {h}");
+            }
             ExitCode::from(2)
         }
     }

@@ -280,3 +280,16 @@ fn bench_grows_and_writes_its_own_file() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An error of the tool ends with the hint of the library's one table of
+/// error text (`fgds::error::ERRNOS`).
+#[test]
+fn errors_end_with_the_library_hint() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("no-such-dir").join("f");
+    let out = bench(&p, &["-s", "1M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let want = format!("fgds: hint: {}\n", fgds::error::hint(libc::ENOENT));
+    assert!(err.ends_with(&want), "{err}");
+}
