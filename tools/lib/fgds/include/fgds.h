@@ -33,8 +33,10 @@ extern "C" {
 #define FGDS_CONFIG_NO_IO_URING	(1U << 1) /* pread/pwrite instead of io_uring */
 #define FGDS_CONFIG_NO_DIRECT	(1U << 2) /* never open O_DIRECT (always bounce) */
 
-/* Tunables of a handle; NULL or zero fields mean the defaults
- * (1 MiB chunks, queue depth 16). */
+/* Tunables of a handle; NULL, zero fields and flags not set mean the
+ * defaults (1 MiB chunks, queue depth 16, io_uring, not strict), which the
+ * FGDS_* environment variables may change (README.md, "Configuration by
+ * environment"). */
 struct fgds_config {
 	uint64_t chunk_size;	/* bytes per request, multiple of 4096 */
 	uint32_t queue_depth;	/* requests in flight per call, 1..4096 */

@@ -33,9 +33,7 @@ fn pool() -> Result<&'static Mutex<Sender<Job>>> {
     POOL.get_or_init(|| {
         let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
-        let n = std::thread::available_parallelism()
-            .map_or(4, |n| n.get())
-            .clamp(4, 16);
+        let n = crate::env::env().threads;
         for i in 0..n {
             let rx = rx.clone();
             std::thread::Builder::new()

@@ -5,7 +5,7 @@
 
 use crate::batch::{Batch, IoParams, IoTarget, OwnedSegment, Status};
 use crate::buffer::Buffer;
-use crate::engine::{Config, Op, Segment, DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, FGDS_IOV_MAX};
+use crate::engine::{Config, Op, Segment, FGDS_IOV_MAX};
 use crate::error::{strerror, Error, Result};
 use crate::file::FileHandle;
 use std::cell::RefCell;
@@ -168,21 +168,26 @@ fn config(cfg: *const fgds_config) -> Config {
     // SAFETY: caller passes NULL or a valid struct.
     match unsafe { cfg.as_ref() } {
         None => Config::default(),
-        Some(c) => Config {
-            chunk_size: if c.chunk_size == 0 {
-                DEFAULT_CHUNK_SIZE
-            } else {
-                c.chunk_size as usize
-            },
-            queue_depth: if c.queue_depth == 0 {
-                DEFAULT_QUEUE_DEPTH
-            } else {
-                c.queue_depth
-            },
-            strict: c.flags & FGDS_CONFIG_STRICT != 0,
-            use_io_uring: c.flags & FGDS_CONFIG_NO_IO_URING == 0,
-            disable_direct: c.flags & FGDS_CONFIG_NO_DIRECT != 0,
-        },
+        // Zero fields and flags that are not set mean the default, which
+        // the FGDS_* environment may change (crate::env).
+        Some(c) => {
+            let d = Config::default();
+            Config {
+                chunk_size: if c.chunk_size == 0 {
+                    d.chunk_size
+                } else {
+                    c.chunk_size as usize
+                },
+                queue_depth: if c.queue_depth == 0 {
+                    d.queue_depth
+                } else {
+                    c.queue_depth
+                },
+                strict: d.strict || c.flags & FGDS_CONFIG_STRICT != 0,
+                use_io_uring: d.use_io_uring && c.flags & FGDS_CONFIG_NO_IO_URING == 0,
+                disable_direct: c.flags & FGDS_CONFIG_NO_DIRECT != 0,
+            }
+        }
     }
 }
 

@@ -52,20 +52,24 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// The built-in defaults, or what the `FGDS_*` environment variables
+    /// set ([`crate::env`]).
     fn default() -> Self {
+        let e = crate::env::env();
         Config {
-            chunk_size: DEFAULT_CHUNK_SIZE,
-            queue_depth: DEFAULT_QUEUE_DEPTH,
-            strict: false,
-            use_io_uring: true,
+            chunk_size: e.chunk_size,
+            queue_depth: e.queue_depth,
+            strict: e.strict,
+            use_io_uring: e.use_io_uring,
             disable_direct: false,
         }
     }
 }
 
 impl Config {
-    /// Checks the values.
+    /// Checks the values (and that the `FGDS_*` environment is valid).
     pub fn validate(&self) -> Result<()> {
+        crate::env::env().check()?;
         if self.chunk_size == 0 || self.chunk_size % 4096 != 0 || self.chunk_size > MAX_RW_COUNT {
             return Err(Error::InvalidArgument(format!(
                 "chunk_size {} must be a non-zero multiple of 4096 up to {MAX_RW_COUNT}",

@@ -7,6 +7,7 @@ pub mod buffer;
 pub mod capi;
 pub mod device;
 pub mod engine;
+pub mod env;
 pub mod error;
 pub mod file;
 pub mod gpu;

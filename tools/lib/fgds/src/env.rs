@@ -1,0 +1,237 @@
+//! Configuration from the environment: the `FGDS_*` variables, read once
+//! per process, the first time a default [`Config`](crate::Config) or the
+//! I/O threads are needed (as KvikIO reads `KVIKIO_*`).
+//!
+//! They set defaults: what a caller passes explicitly (a `Config` field, a
+//! Python keyword, a non-zero field of the C `struct fgds_config`) wins;
+//! for the C flags, a flag that is not set means "the default", so
+//! `FGDS_STRICT=1` and `FGDS_IO_URING=0` also apply to C callers that pass
+//! flags of 0. A value that cannot be parsed is an error when a file is
+//! opened ([`Env::check`]), never silently ignored; `fgds check` shows the
+//! configuration in force.
+
+use crate::engine::{DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, MAX_RW_COUNT};
+use crate::error::{Error, Result};
+use std::sync::OnceLock;
+
+/// One `FGDS_*` variable: its name, its default and what it sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Var {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Its default, as it would be written.
+    pub default: &'static str,
+    /// What it sets and which values it takes.
+    pub meaning: &'static str,
+}
+
+/// Every variable the library reads (the README's table prints it).
+pub const VARS: &[Var] = &[
+    Var {
+        name: "FGDS_STRICT",
+        default: "0",
+        meaning: "1: refuse every bounce (`Config::strict`): a misaligned request and an impossible direct path are errors",
+    },
+    Var {
+        name: "FGDS_CHUNK_SIZE",
+        default: "1M",
+        meaning: "bytes a large request is split into (`Config::chunk_size`): a multiple of 4096, suffixes K, M, G",
+    },
+    Var {
+        name: "FGDS_QUEUE_DEPTH",
+        default: "16",
+        meaning: "requests in flight per call (`Config::queue_depth`), 1 to 4096",
+    },
+    Var {
+        name: "FGDS_THREADS",
+        default: "CPUs, 4 to 16",
+        meaning: "I/O threads for async, batch and stream-ordered requests, 1 to 256",
+    },
+    Var {
+        name: "FGDS_IO_URING",
+        default: "1",
+        meaning: "0: pread/pwrite/preadv/pwritev instead of io_uring (`Config::use_io_uring`)",
+    },
+];
+
+/// The configuration the environment gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Env {
+    /// `FGDS_STRICT`.
+    pub strict: bool,
+    /// `FGDS_CHUNK_SIZE`.
+    pub chunk_size: usize,
+    /// `FGDS_QUEUE_DEPTH`.
+    pub queue_depth: u32,
+    /// `FGDS_THREADS`.
+    pub threads: usize,
+    /// `FGDS_IO_URING`.
+    pub use_io_uring: bool,
+    /// The variables that are set, with their values, in [`VARS`] order.
+    pub set: Vec<(&'static str, String)>,
+    /// One message per variable whose value is wrong (its default is used
+    /// in the fields above, and [`Env::check`] fails).
+    pub errors: Vec<String>,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .clamp(4, 16)
+}
+
+/// Parses `4096`, `64K`, `1M`, `1MiB`, `2G`.
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let mul: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Env {
+    /// The configuration from a lookup of variables (`std::env::var` for
+    /// the process; a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Env {
+        let mut e = Env {
+            strict: false,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            threads: default_threads(),
+            use_io_uring: true,
+            set: Vec::new(),
+            errors: Vec::new(),
+        };
+        for v in VARS {
+            let Some(val) = get(v.name) else { continue };
+            e.set.push((v.name, val.clone()));
+            let bad = |want: &str| format!("{}={val:?}: {want} (default {})", v.name, v.default);
+            let r = match v.name {
+                "FGDS_STRICT" => parse_bool(&val)
+                    .map(|b| e.strict = b)
+                    .ok_or_else(|| bad("not 0 or 1")),
+                "FGDS_IO_URING" => parse_bool(&val)
+                    .map(|b| e.use_io_uring = b)
+                    .ok_or_else(|| bad("not 0 or 1")),
+                "FGDS_CHUNK_SIZE" => match parse_size(&val) {
+                    Some(n) if n > 0 && n % 4096 == 0 && n <= MAX_RW_COUNT as u64 => {
+                        e.chunk_size = n as usize;
+                        Ok(())
+                    }
+                    _ => Err(bad(
+                        "not a non-zero multiple of 4096 up to 2 GiB - 4 KiB (suffixes K, M, G)",
+                    )),
+                },
+                "FGDS_QUEUE_DEPTH" => match val.trim().parse::<u32>() {
+                    Ok(n @ 1..=4096) => {
+                        e.queue_depth = n;
+                        Ok(())
+                    }
+                    _ => Err(bad("not a number from 1 to 4096")),
+                },
+                "FGDS_THREADS" => match val.trim().parse::<usize>() {
+                    Ok(n @ 1..=256) => {
+                        e.threads = n;
+                        Ok(())
+                    }
+                    _ => Err(bad("not a number from 1 to 256")),
+                },
+                _ => Ok(()),
+            };
+            if let Err(m) = r {
+                e.errors.push(m);
+            }
+        }
+        e
+    }
+
+    /// An error naming every variable whose value is wrong.
+    pub fn check(&self) -> Result<()> {
+        if self.errors.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "environment: {}; fix or unset it (fgds check shows the configuration)",
+            self.errors.join("; ")
+        )))
+    }
+}
+
+/// The process's configuration, read from the environment the first time.
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| Env::from_lookup(|k| std::env::var(k).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(vars: &[(&str, &str)]) -> Env {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Env::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let e = with(&[]);
+        assert!(!e.strict && e.use_io_uring);
+        assert_eq!((e.chunk_size, e.queue_depth), (1 << 20, 16));
+        assert!((4..=16).contains(&e.threads));
+        assert!(e.set.is_empty() && e.check().is_ok());
+    }
+
+    #[test]
+    fn values() {
+        let e = with(&[
+            ("FGDS_STRICT", "1"),
+            ("FGDS_CHUNK_SIZE", "256K"),
+            ("FGDS_QUEUE_DEPTH", "64"),
+            ("FGDS_THREADS", "2"),
+            ("FGDS_IO_URING", "off"),
+        ]);
+        assert!(e.strict && !e.use_io_uring);
+        assert_eq!((e.chunk_size, e.queue_depth, e.threads), (256 << 10, 64, 2));
+        assert_eq!(e.set.len(), 5);
+        assert!(e.check().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = with(&[
+            ("FGDS_CHUNK_SIZE", "1000"),
+            ("FGDS_QUEUE_DEPTH", "0"),
+            ("FGDS_STRICT", "maybe"),
+            ("FGDS_THREADS", "x"),
+        ]);
+        assert_eq!(e.chunk_size, 1 << 20, "the default stays");
+        assert_eq!(e.errors.len(), 4);
+        let m = e.check().unwrap_err().to_string();
+        for n in [
+            "FGDS_CHUNK_SIZE=\"1000\"",
+            "FGDS_QUEUE_DEPTH=\"0\"",
+            "FGDS_STRICT=\"maybe\"",
+            "FGDS_THREADS=\"x\"",
+        ] {
+            assert!(m.contains(n), "{m}");
+        }
+    }
+}
