@@ -579,8 +579,12 @@ fn parse_mode(mode: &str) -> PyResult<i32> {
     })
 }
 
-/// `File(path, mode="r", *, flags=None, perm=0o644, strict=False,
-/// chunk_size=None, queue_depth=None, use_io_uring=True, direct=True)`.
+/// `File(path, mode="r", *, flags=None, perm=0o644, strict=None,
+/// chunk_size=None, queue_depth=None, use_io_uring=None, direct=True)`.
+///
+/// `None` means the default: the library's, or what the `FGDS_*`
+/// environment variables set (`FGDS_STRICT`, `FGDS_CHUNK_SIZE`,
+/// `FGDS_QUEUE_DEPTH`, `FGDS_IO_URING`).
 ///
 /// A file opened for fgds I/O: an O_DIRECT descriptor (when the file system
 /// accepts it) plus a buffered one. `flags` (os.O_* bits) overrides `mode`.
@@ -602,19 +606,21 @@ impl File {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The file's configuration: the arguments given, the rest from
+/// `Config::default()` (built-in defaults or the `FGDS_*` environment).
 fn make_config(
-    strict: bool,
+    strict: Option<bool>,
     chunk_size: Option<usize>,
     queue_depth: Option<u32>,
-    use_io_uring: bool,
+    use_io_uring: Option<bool>,
     direct: bool,
 ) -> Config {
     let d = Config::default();
     Config {
         chunk_size: chunk_size.unwrap_or(d.chunk_size),
         queue_depth: queue_depth.unwrap_or(d.queue_depth),
-        strict,
-        use_io_uring,
+        strict: strict.unwrap_or(d.strict),
+        use_io_uring: use_io_uring.unwrap_or(d.use_io_uring),
         disable_direct: !direct,
     }
 }
@@ -686,7 +692,7 @@ fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
 #[pymethods]
 impl File {
     #[new]
-    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=false, chunk_size=None, queue_depth=None, use_io_uring=true, direct=true))]
+    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
@@ -694,10 +700,10 @@ impl File {
         mode: &str,
         flags: Option<i32>,
         perm: u32,
-        strict: bool,
+        strict: Option<bool>,
         chunk_size: Option<usize>,
         queue_depth: Option<u32>,
-        use_io_uring: bool,
+        use_io_uring: Option<bool>,
         direct: bool,
     ) -> PyResult<File> {
         let fl = match flags {
@@ -717,13 +723,13 @@ impl File {
 
     /// `File.from_fd(fd, **config)`: wraps an open descriptor (duplicated).
     #[staticmethod]
-    #[pyo3(signature = (fd, *, strict=false, chunk_size=None, queue_depth=None, use_io_uring=true, direct=true))]
+    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true))]
     fn from_fd(
         fd: i32,
-        strict: bool,
+        strict: Option<bool>,
         chunk_size: Option<usize>,
         queue_depth: Option<u32>,
-        use_io_uring: bool,
+        use_io_uring: Option<bool>,
         direct: bool,
     ) -> PyResult<File> {
         let cfg = make_config(strict, chunk_size, queue_depth, use_io_uring, direct);
@@ -1435,6 +1441,29 @@ fn strerror(code: i32) -> &'static str {
     fgds::error::strerror(code)
 }
 
+/// `config() -> dict`: the defaults in force, from the `FGDS_*`
+/// environment variables read once per process (`strict`, `chunk_size`,
+/// `queue_depth`, `threads`, `use_io_uring`), with `set` (the variables
+/// set and their values) and `errors` (one message per bad value; opening
+/// a file then fails with it).
+#[pyfunction]
+fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let e = fgds::env::env();
+    let d = PyDict::new(py);
+    d.set_item("strict", e.strict)?;
+    d.set_item("chunk_size", e.chunk_size)?;
+    d.set_item("queue_depth", e.queue_depth)?;
+    d.set_item("threads", e.threads)?;
+    d.set_item("use_io_uring", e.use_io_uring)?;
+    let set = PyDict::new(py);
+    for (k, v) in &e.set {
+        set.set_item(*k, v)?;
+    }
+    d.set_item("set", set)?;
+    d.set_item("errors", e.errors.clone())?;
+    Ok(d)
+}
+
 /// `strhint(errno) -> str`: what to do about an errno (the hint that
 /// `FgdsError` messages end with).
 #[pyfunction]
@@ -1471,6 +1500,7 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(module_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(strerror, m)?)?;
     m.add_function(wrap_pyfunction!(strhint, m)?)?;
+    m.add_function(wrap_pyfunction!(config, m)?)?;
     m.add_function(wrap_pyfunction!(errno_table, m)?)?;
     m.add("IOV_MAX", fgds::FGDS_IOV_MAX)?;
     m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;

@@ -1,0 +1,73 @@
+"""FGDS_* environment configuration: read once per process, so each case
+runs in a fresh interpreter."""
+
+import json
+import os
+import subprocess
+import sys
+
+CODE = r"""
+import errno, json, os, sys
+import fgds
+out = {"config": fgds.config()}
+p = sys.argv[1]
+with open(p, "wb") as f:
+    f.write(bytes(3 * 4096))
+try:
+    with fgds.File(p, "r") as f:
+        try:
+            f.pread(fgds.aligned_bytearray(4096), 4096, file_offset=1)
+            out["misaligned"] = "ok"
+        except fgds.FgdsError as e:
+            out["misaligned"] = e.errno
+    with fgds.File(p, "r", strict=False) as f:
+        out["explicit"] = f.pread(fgds.aligned_bytearray(4096), 4096, file_offset=1)
+except fgds.FgdsError as e:
+    out["open"] = [e.errno, str(e)]
+print(json.dumps(out))
+"""
+
+
+def run(tmpdir, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("FGDS_")}
+    e.update(env)
+    r = subprocess.run(
+        [sys.executable, "-c", CODE, os.path.join(tmpdir, "f")],
+        env=e,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_defaults(tmpdir_ext4):
+    out = run(tmpdir_ext4)
+    c = out["config"]
+    assert c["strict"] is False and c["use_io_uring"] is True
+    assert c["chunk_size"] == fgds_default("DEFAULT_CHUNK_SIZE")
+    assert c["queue_depth"] == fgds_default("DEFAULT_QUEUE_DEPTH")
+    assert c["set"] == {} and c["errors"] == []
+    assert out["misaligned"] == "ok"
+
+
+def fgds_default(name):
+    import fgds
+
+    return getattr(fgds, name)
+
+
+def test_environment_sets_defaults_and_arguments_win(tmpdir_ext4):
+    out = run(tmpdir_ext4, FGDS_STRICT="1", FGDS_CHUNK_SIZE="64K", FGDS_THREADS="2")
+    c = out["config"]
+    assert c["strict"] is True and c["chunk_size"] == 65536 and c["threads"] == 2
+    assert c["set"] == {"FGDS_STRICT": "1", "FGDS_CHUNK_SIZE": "64K", "FGDS_THREADS": "2"}
+    assert out["misaligned"] == 22  # EINVAL: strict mode refuses the bounce
+    assert out["explicit"] == 4096  # strict=False given: it bounces
+
+
+def test_bad_value_is_a_clear_error(tmpdir_ext4):
+    out = run(tmpdir_ext4, FGDS_QUEUE_DEPTH="lots")
+    assert out["config"]["errors"] and "FGDS_QUEUE_DEPTH" in out["config"]["errors"][0]
+    code, msg = out["open"]
+    assert code == 22 and 'FGDS_QUEUE_DEPTH="lots"' in msg, msg
