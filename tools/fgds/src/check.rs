@@ -1,16 +1,54 @@
 //! `fgds check`: why P2P I/O can or cannot work.
+//!
+//! It answers without the module too: every GPU on the PCI bus with its
+//! driver and what that driver exports, the running kernel's configuration
+//! (what fgds needs), the `FGDS_*` configuration in force, the file's
+//! block device, and one next step per problem. Exit status: 0 P2P I/O can
+//! work for at least one GPU, 1 only the bounce-buffer fallback can, 2 the
+//! check itself failed (a missing or unreadable file, a bad `FGDS_*`
+//! value).
 
 use fgds::{Config, FileHandle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Exit status: P2P I/O can work for at least one GPU.
+pub const EXIT_P2P: u8 = 0;
+/// Exit status: only the bounce-buffer fallback can work.
+pub const EXIT_FALLBACK: u8 = 1;
+/// Exit status: the check could not be made (missing file, bad FGDS_*).
+pub const EXIT_ERROR: u8 = 2;
+
+/// Something that keeps P2P I/O from working, and what to do about it.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Problem {
+    what: String,
+    next: String,
+}
+
+fn problem(what: impl Into<String>, next: impl Into<String>) -> Problem {
+    Problem {
+        what: what.into(),
+        next: next.into(),
+    }
+}
+
 #[derive(Default, serde::Serialize)]
 struct Report {
+    /// "p2p", "fallback" or "error".
+    verdict: &'static str,
+    p2p_possible: bool,
     module_loaded: bool,
+    kernel: KernelReport,
+    config: ConfigReport,
+    /// Every GPU on the PCI bus (and every device an fgds node serves).
+    pci_gpus: Vec<PciGpu>,
+    /// The fgds nodes.
     gpus: Vec<GpuReport>,
     file: Option<FileReport>,
-    problems: Vec<String>,
-    p2p_possible: bool,
+    problems: Vec<Problem>,
+    /// Why the check failed (verdict "error").
+    errors: Vec<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -18,7 +56,7 @@ struct GpuReport {
     node: String,
     pci_address: Option<String>,
     iommu_group_type: Option<String>,
-    problems: Vec<String>,
+    problems: Vec<Problem>,
     path_to_storage: Option<String>,
     p2p_possible: bool,
 }
@@ -32,7 +70,68 @@ struct FileReport {
     o_direct: bool,
     dio_mem_align: u64,
     dio_offset_align: u64,
-    problems: Vec<String>,
+    problems: Vec<Problem>,
+    /// The file cannot be checked (missing, unreadable).
+    error: Option<String>,
+}
+
+/// A display, 3D or accelerator function on the PCI bus, as fgds counts
+/// GPUs (Documentation/misc-devices/fgds.rst, "Devices").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PciGpu {
+    pub address: String,
+    pub vendor: String,
+    pub device: String,
+    pub class: String,
+    /// The bound driver, if any.
+    pub driver: Option<String>,
+    /// The fgds node that serves it.
+    pub fgds_node: Option<String>,
+    /// Largest memory BAR, bytes.
+    pub largest_bar: u64,
+    pub iommu_group_type: Option<String>,
+    /// Whether its driver exports dma-bufs fgds can register: "yes", "no",
+    /// "maybe" (depends on the driver's version and setup) or "unknown".
+    pub dmabuf_export: &'static str,
+    /// What its driver exports, in words.
+    pub dmabuf_note: String,
+}
+
+#[derive(Default, serde::Serialize)]
+struct KernelReport {
+    release: String,
+    /// Where the configuration was read from.
+    config_source: Option<String>,
+    options: Vec<KernelOption>,
+    /// `pci_p2pdma_memremap` (the fgds P2PDMA core change) in the running
+    /// kernel, from /proc/kallsyms; None if it could not be read.
+    p2pdma_core_change: Option<bool>,
+}
+
+#[derive(serde::Serialize)]
+struct KernelOption {
+    name: &'static str,
+    /// "y", "m", or None (not set / not known).
+    value: Option<String>,
+    ok: Option<bool>,
+}
+
+#[derive(Default, serde::Serialize)]
+struct ConfigReport {
+    vars: Vec<ConfigVar>,
+    errors: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct ConfigVar {
+    name: &'static str,
+    /// The value in force.
+    value: String,
+    set: bool,
+    /// The variable's value as set.
+    given: Option<String>,
+    default: &'static str,
+    meaning: &'static str,
 }
 
 fn is_bdf(s: &str) -> bool {
@@ -61,8 +160,7 @@ fn file_report(path: &Path) -> FileReport {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) => {
-            r.problems
-                .push(format!("cannot stat {}: {e}", path.display()));
+            r.error = Some(format!("cannot stat {}: {e}", path.display()));
             return r;
         }
     };
@@ -78,8 +176,9 @@ fn file_report(path: &Path) -> FileReport {
         Err(_) => {
             r.block_device = Some(format!("{maj}:{min}"));
             r.device_kind = Some("none".into());
-            r.problems.push(format!(
-                "the file system is not on a block device ({maj}:{min} has no /sys/dev/block entry: tmpfs, network or virtual file system): no P2P DMA"
+            r.problems.push(problem(
+                format!("the file system is not on a block device ({maj}:{min} has no /sys/dev/block entry: tmpfs, network or virtual file system): no P2P DMA"),
+                "put the file on a file system on an NVMe namespace (ext4, xfs)",
             ));
         }
         Ok(mut sys) => {
@@ -112,17 +211,24 @@ fn file_report(path: &Path) -> FileReport {
             };
             r.device_kind = Some(kind.into());
             if kind != "nvme" {
-                r.problems.push(format!(
-                    "block device {name} is {kind}: fgds P2P needs an NVMe namespace directly on PCIe (md/dm/loop/virtio/virtual devices cannot do P2P DMA)"
+                r.problems.push(problem(
+                    format!("block device {name} is {kind}: fgds P2P needs an NVMe namespace directly on PCIe (md/dm/loop/virtio/virtual devices cannot do P2P DMA)"),
+                    "put the file on a file system directly on an NVMe namespace",
                 ));
             }
             r.pci_device = pci_of(&sys);
             if r.pci_device.is_none() && kind == "nvme" {
-                r.problems.push(format!(
-                    "{name} is not below a PCI device (NVMe over fabrics?)"
+                r.problems.push(problem(
+                    format!("{name} is not below a PCI device (NVMe over fabrics?)"),
+                    "use a local PCIe NVMe",
                 ));
             }
         }
+    }
+    if meta.is_dir() {
+        // The device of a directory is that of the files made in it;
+        // O_DIRECT is a property of a file.
+        return r;
     }
     match FileHandle::open(path, libc::O_RDONLY, 0, Config::default()) {
         Ok(f) => {
@@ -131,12 +237,13 @@ fn file_report(path: &Path) -> FileReport {
             r.dio_mem_align = m;
             r.dio_offset_align = o;
             if let Some(why) = f.no_direct_reason() {
-                r.problems.push(why.to_string());
+                r.problems.push(problem(
+                    why,
+                    "use a file system that supports O_DIRECT (ext4, xfs)",
+                ));
             }
         }
-        Err(e) => r
-            .problems
-            .push(format!("cannot open {}: {e}", path.display())),
+        Err(e) => r.error = Some(format!("cannot open {}: {e}", path.display())),
     }
     r
 }
@@ -147,6 +254,362 @@ fn iommu_type(pci: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+fn read_trim(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// What a GPU driver exports that fgds can register.
+fn dmabuf_of(driver: Option<&str>) -> (&'static str, String) {
+    match driver {
+        None => ("no", "no driver is bound: nothing exports its memory".into()),
+        Some("vfio-pci") => (
+            "yes",
+            "vfio-pci exports BAR ranges as dma-bufs (VFIO_DEVICE_FEATURE_DMA_BUF)".into(),
+        ),
+        Some("amdgpu") => (
+            "yes",
+            "amdgpu exports VRAM as dma-bufs to peer-to-peer importers (hipMemGetHandleForAddressRange, DRM PRIME)".into(),
+        ),
+        Some("nvidia") => (
+            "maybe",
+            "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange): the open kernel modules, where CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 1".into(),
+        ),
+        Some("nouveau") | Some("radeon") => (
+            "no",
+            "this driver does not export VRAM dma-bufs to peer-to-peer importers".into(),
+        ),
+        Some(d) => (
+            "unknown",
+            format!("fgds has not been tried with the {d} driver"),
+        ),
+    }
+}
+
+/// The largest memory BAR in a sysfs `resource` file.
+fn largest_bar(resource: &str) -> u64 {
+    const IORESOURCE_MEM: u64 = 0x200;
+    resource
+        .lines()
+        .take(6)
+        .filter_map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                .collect();
+            match v[..] {
+                [start, end, flags] if flags & IORESOURCE_MEM != 0 && end > start => {
+                    Some(end - start + 1)
+                }
+                _ => None,
+            }
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Every display (0x0300), 3D (0x0302) or processing-accelerator (0x1200)
+/// function below `root` (`/sys/bus/pci/devices`), and every device an
+/// fgds node serves (`served`: PCI address -> node).
+pub fn pci_gpus(root: &Path, served: &[(String, String)]) -> Vec<PciGpu> {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut v: Vec<PciGpu> = rd
+        .flatten()
+        .filter_map(|e| {
+            let address = e.file_name().to_string_lossy().into_owned();
+            let dir = e.path();
+            let class = read_trim(&dir.join("class"))?;
+            let c = u32::from_str_radix(class.trim_start_matches("0x"), 16).ok()?;
+            let node = served
+                .iter()
+                .find(|(a, _)| *a == address)
+                .map(|(_, n)| n.clone());
+            if !matches!(c >> 8, 0x0300 | 0x0302 | 0x1200) && node.is_none() {
+                return None;
+            }
+            let driver = std::fs::read_link(dir.join("driver"))
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            let (dmabuf_export, dmabuf_note) = dmabuf_of(driver.as_deref());
+            Some(PciGpu {
+                vendor: read_trim(&dir.join("vendor")).unwrap_or_default(),
+                device: read_trim(&dir.join("device")).unwrap_or_default(),
+                largest_bar: read_trim(&dir.join("resource"))
+                    .map(|r| largest_bar(&r))
+                    .unwrap_or(0),
+                iommu_group_type: iommu_type(&dir),
+                address,
+                class,
+                driver,
+                fgds_node: node,
+                dmabuf_export,
+                dmabuf_note,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| a.address.cmp(&b.address));
+    v
+}
+
+/// The kernel options fgds needs, and the values that satisfy each.
+const NEEDED: &[(&str, &[&str])] = &[
+    ("CONFIG_PCI_P2PDMA", &["y"]),
+    ("CONFIG_ZONE_DEVICE", &["y"]),
+    ("CONFIG_DMA_SHARED_BUFFER", &["y"]),
+    ("CONFIG_RUST", &["y"]),
+    ("CONFIG_FGDS", &["y", "m"]),
+];
+
+/// `CONFIG_X=v` lines of a kernel configuration; `# CONFIG_X is not set`
+/// gives no entry.
+pub fn parse_kconfig(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once('=')?;
+            k.starts_with("CONFIG_")
+                .then(|| (k.to_string(), v.trim_matches('"').to_string()))
+        })
+        .collect()
+}
+
+/// The running kernel's configuration: /boot/config-RELEASE, else
+/// /proc/config.gz (through gzip).
+fn running_kconfig(release: &str) -> Option<(String, String)> {
+    let boot = format!("/boot/config-{release}");
+    if let Ok(t) = std::fs::read_to_string(&boot) {
+        return Some((boot, t));
+    }
+    let gz = "/proc/config.gz";
+    if Path::new(gz).exists() {
+        let out = std::process::Command::new("gzip")
+            .args(["-dc", gz])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return Some((gz.into(), String::from_utf8_lossy(&out.stdout).into_owned()));
+        }
+    }
+    None
+}
+
+fn kernel_report(problems: &mut Vec<Problem>) -> KernelReport {
+    let release = read_trim(Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default();
+    let mut k = KernelReport {
+        release: release.clone(),
+        ..Default::default()
+    };
+    let cfg = running_kconfig(&release);
+    let opts = cfg.as_ref().map(|(_, t)| parse_kconfig(t));
+    k.config_source = cfg.map(|(s, _)| s);
+    for (name, good) in NEEDED {
+        let value = opts
+            .as_ref()
+            .and_then(|o| o.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()));
+        let ok = opts
+            .as_ref()
+            .map(|_| value.as_deref().is_some_and(|v| good.contains(&v)));
+        if ok == Some(false) {
+            problems.push(problem(
+                format!(
+                    "the running kernel ({release}) has {name}={}: fgds needs {}",
+                    value.as_deref().unwrap_or("n"),
+                    good.join(" or ")
+                ),
+                format!(
+                    "boot a kernel built with {name}={} (make kernel builds one)",
+                    good[0]
+                ),
+            ));
+        }
+        k.options.push(KernelOption { name, value, ok });
+    }
+    if opts.is_none() {
+        problems.push(problem(
+            format!("the running kernel's configuration is not readable (no /boot/config-{release}, no /proc/config.gz): CONFIG_PCI_P2PDMA and CONFIG_ZONE_DEVICE cannot be checked"),
+            "install the kernel's config file in /boot, or build it with CONFIG_IKCONFIG_PROC",
+        ));
+    }
+    k.p2pdma_core_change = std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .map(|t| t.lines().any(|l| l.ends_with(" pci_p2pdma_memremap")));
+    if k.p2pdma_core_change == Some(false) {
+        problems.push(problem(
+            "the running kernel lacks the fgds P2PDMA core change (no pci_p2pdma_memremap in /proc/kallsyms)",
+            "boot a kernel with patches/0001-PCI-P2PDMA-let-dma-buf-importers-create-P2PDMA-pages.patch applied",
+        ));
+    }
+    k
+}
+
+fn config_report() -> ConfigReport {
+    let e = fgds::env::env();
+    let value = |name: &str| -> String {
+        match name {
+            "FGDS_STRICT" => u8::from(e.strict).to_string(),
+            "FGDS_CHUNK_SIZE" => e.chunk_size.to_string(),
+            "FGDS_QUEUE_DEPTH" => e.queue_depth.to_string(),
+            "FGDS_THREADS" => e.threads.to_string(),
+            "FGDS_IO_URING" => u8::from(e.use_io_uring).to_string(),
+            _ => String::new(),
+        }
+    };
+    ConfigReport {
+        vars: fgds::env::VARS
+            .iter()
+            .map(|v| ConfigVar {
+                name: v.name,
+                value: value(v.name),
+                set: e.set.iter().any(|(n, _)| *n == v.name),
+                given: e
+                    .set
+                    .iter()
+                    .find(|(n, _)| *n == v.name)
+                    .map(|(_, g)| g.clone()),
+                default: v.default,
+                meaning: v.meaning,
+            })
+            .collect(),
+        errors: e.errors.clone(),
+    }
+}
+
+fn print_problems(indent: &str, ps: &[Problem]) {
+    for p in ps {
+        println!("{indent}problem: {}", p.what);
+        println!("{indent}  next: {}", p.next);
+    }
+}
+
+fn print_text(rep: &Report, iommus: &[String], groups: usize) {
+    println!(
+        "fgds module: {}",
+        if rep.module_loaded {
+            "loaded"
+        } else {
+            "not loaded"
+        }
+    );
+    let k = &rep.kernel;
+    println!(
+        "kernel {}: {}",
+        k.release,
+        match &k.config_source {
+            None => "configuration not readable".to_string(),
+            Some(src) =>
+                k.options
+                    .iter()
+                    .map(|o| format!("{}={}", o.name, o.value.as_deref().unwrap_or("n")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    + &format!(" (from {src})"),
+        }
+    );
+    println!(
+        "  fgds P2PDMA core change (pci_p2pdma_memremap): {}",
+        match k.p2pdma_core_change {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown (/proc/kallsyms not readable)",
+        }
+    );
+    println!(
+        "IOMMU: {} ({} groups)",
+        if iommus.is_empty() {
+            "none registered".to_string()
+        } else {
+            iommus.join(", ")
+        },
+        groups
+    );
+    println!("configuration (FGDS_*):");
+    for v in &rep.config.vars {
+        match &v.given {
+            Some(g) => println!("  {}={} (set: {g:?})", v.name, v.value),
+            None => println!("  {}={} (default)", v.name, v.value),
+        }
+    }
+    for e in &rep.config.errors {
+        println!("  error: {e}");
+    }
+    if rep.pci_gpus.is_empty() {
+        println!("PCI GPUs: none (no display, 3D or accelerator function on the PCI bus)");
+    }
+    for g in &rep.pci_gpus {
+        println!(
+            "PCI GPU {} [{}:{}] class {}: driver {}, fgds node {}",
+            g.address,
+            g.vendor.trim_start_matches("0x"),
+            g.device.trim_start_matches("0x"),
+            g.class,
+            g.driver.as_deref().unwrap_or("none"),
+            g.fgds_node.as_deref().unwrap_or("none")
+        );
+        println!("  dma-buf export: {} ({})", g.dmabuf_export, g.dmabuf_note);
+    }
+    if let Some(f) = &rep.file {
+        println!("file {}:", f.path.display());
+        if let Some(e) = &f.error {
+            println!("  error: {e}");
+        } else {
+            println!(
+                "  block device: {} ({})",
+                f.block_device.as_deref().unwrap_or("?"),
+                f.device_kind.as_deref().unwrap_or("?")
+            );
+            if let Some(p) = &f.pci_device {
+                println!("  PCI device: {}", p.display());
+            }
+            if f.path.is_dir() {
+                println!("  O_DIRECT: not checked (a directory: give a file in it)");
+            } else {
+                println!(
+                    "  O_DIRECT: {} (memory alignment {}, offset alignment {})",
+                    if f.o_direct { "yes" } else { "no" },
+                    f.dio_mem_align,
+                    f.dio_offset_align
+                );
+            }
+        }
+        print_problems("  ", &f.problems);
+    }
+    for g in &rep.gpus {
+        println!(
+            "GPU {} ({}): {}",
+            g.node,
+            g.pci_address.as_deref().unwrap_or("?"),
+            if g.p2p_possible {
+                "P2P possible"
+            } else {
+                "P2P NOT possible"
+            }
+        );
+        if let Some(t) = &g.iommu_group_type {
+            println!("  iommu group type: {t}");
+        }
+        if let Some(p) = &g.path_to_storage {
+            println!("  path to storage: {p}");
+        }
+        print_problems("  ", &g.problems);
+    }
+    print_problems("", &rep.problems);
+    for e in &rep.errors {
+        println!("error: {e}");
+    }
+    println!(
+        "verdict: {}",
+        match rep.verdict {
+            "p2p" => "P2P I/O can work (exit 0)",
+            "fallback" =>
+                "P2P I/O cannot work here; fgds falls back to bounce buffers, or fails in strict mode (exit 1)",
+            _ => "the check failed (exit 2)",
+        }
+    );
+}
+
 pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
     let mut rep = Report {
         module_loaded: fgds::device::module_loaded(),
@@ -155,11 +618,38 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
     let devs = fgds::list_devices()?;
     if devs.is_empty() {
         rep.problems.push(if rep.module_loaded {
-            "the fgds module is loaded but no GPU is bound (no /sys/class/misc/fgds* node)".into()
+            problem(
+                "the fgds module is loaded but serves no GPU (no /sys/class/misc/fgds* node)",
+                "check that the GPU's class is display/3D/accelerator with a memory BAR of 2 MiB or more, or name it: modprobe fgds ids=VENDOR:DEVICE",
+            )
         } else {
-            "the fgds module is not loaded (no /sys/class/misc/fgds* node; try: modprobe fgds)"
-                .into()
+            problem(
+                "the fgds module is not loaded (no /sys/class/misc/fgds* node)",
+                "modprobe fgds (on a kernel built with CONFIG_FGDS=m)",
+            )
         });
+    }
+    rep.kernel = kernel_report(&mut rep.problems);
+    rep.config = config_report();
+    rep.errors.extend(rep.config.errors.iter().cloned());
+    let served: Vec<(String, String)> = devs
+        .iter()
+        .filter_map(|d| d.pci_address.clone().map(|a| (a, d.name.clone())))
+        .collect();
+    rep.pci_gpus = pci_gpus(Path::new("/sys/bus/pci/devices"), &served);
+    for g in &rep.pci_gpus {
+        if g.fgds_node.is_none() && rep.module_loaded {
+            rep.problems.push(problem(
+                format!("GPU {} has no fgds node", g.address),
+                "check its memory BARs (fgds needs one of 2 MiB or more), or name it: modprobe fgds ids=VENDOR:DEVICE",
+            ));
+        }
+        if g.dmabuf_export == "no" {
+            rep.problems.push(problem(
+                format!("GPU {}: {}", g.address, g.dmabuf_note),
+                "bind a driver that exports dma-bufs of GPU memory (the GPU vendor's, or vfio-pci for a BAR)",
+            ));
+        }
     }
     let iommus: Vec<String> = std::fs::read_dir("/sys/class/iommu")
         .map(|rd| {
@@ -172,6 +662,9 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
         .map(|rd| rd.count())
         .unwrap_or(0);
     rep.file = file.map(file_report);
+    if let Some(e) = rep.file.as_ref().and_then(|f| f.error.clone()) {
+        rep.errors.push(e);
+    }
     for d in &devs {
         let mut g = GpuReport {
             node: d.name.clone(),
@@ -182,12 +675,15 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
             p2p_possible: false,
         };
         if !d.dev_path.exists() {
-            g.problems
-                .push(format!("{} does not exist (udev?)", d.dev_path.display()));
+            g.problems.push(problem(
+                format!("{} does not exist", d.dev_path.display()),
+                "check udev (the node is made from /sys/class/misc) or mknod it",
+            ));
         }
         match g.iommu_group_type.as_deref() {
-            Some(t) if t.starts_with("DMA") => g.problems.push(format!(
-                "IOMMU is translating for this GPU (iommu_group type {t}): peer-to-peer requests are redirected to the root complex; boot with iommu=pt or set the group type to identity"
+            Some(t) if t.starts_with("DMA") => g.problems.push(problem(
+                format!("the IOMMU translates this GPU's DMA (iommu_group type {t}): peer-to-peer requests are redirected to the root complex"),
+                "boot with iommu=pt, or set the group's type to identity",
             )),
             Some(_) | None => {}
         }
@@ -207,87 +703,99 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
                 });
             }
         }
-        g.p2p_possible =
-            g.problems.is_empty() && rep.file.as_ref().is_none_or(|f| f.problems.is_empty());
+        g.p2p_possible = g.problems.is_empty()
+            && rep
+                .file
+                .as_ref()
+                .is_none_or(|f| f.problems.is_empty() && f.error.is_none());
         rep.gpus.push(g);
     }
-    rep.p2p_possible = rep.gpus.iter().any(|g| g.p2p_possible);
+    rep.p2p_possible = rep.errors.is_empty() && rep.gpus.iter().any(|g| g.p2p_possible);
+    rep.verdict = if !rep.errors.is_empty() {
+        "error"
+    } else if rep.p2p_possible {
+        "p2p"
+    } else {
+        "fallback"
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&rep).unwrap_or_default());
     } else {
-        println!(
-            "fgds module: {}",
-            if rep.module_loaded {
-                "loaded"
-            } else {
-                "not loaded"
-            }
+        print_text(&rep, &iommus, groups);
+    }
+    Ok(ExitCode::from(match rep.verdict {
+        "p2p" => EXIT_P2P,
+        "fallback" => EXIT_FALLBACK,
+        _ => EXIT_ERROR,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kconfig_lines() {
+        let o = parse_kconfig(
+            "# comment\nCONFIG_PCI_P2PDMA=y\n# CONFIG_ZONE_DEVICE is not set\nCONFIG_FGDS=m\nCONFIG_X=\"a b\"\n",
         );
-        println!(
-            "IOMMU: {} ({} groups)",
-            if iommus.is_empty() {
-                "none registered".to_string()
-            } else {
-                iommus.join(", ")
-            },
-            groups
-        );
-        if let Some(f) = &rep.file {
-            println!("file {}:", f.path.display());
-            println!(
-                "  block device: {} ({})",
-                f.block_device.as_deref().unwrap_or("?"),
-                f.device_kind.as_deref().unwrap_or("?")
-            );
-            if let Some(p) = &f.pci_device {
-                println!("  PCI device: {}", p.display());
-            }
-            println!(
-                "  O_DIRECT: {} (memory alignment {}, offset alignment {})",
-                if f.o_direct { "yes" } else { "no" },
-                f.dio_mem_align,
-                f.dio_offset_align
-            );
-            for p in &f.problems {
-                println!("  problem: {p}");
-            }
-        }
-        for g in &rep.gpus {
-            println!(
-                "GPU {} ({}): {}",
-                g.node,
-                g.pci_address.as_deref().unwrap_or("?"),
-                if g.p2p_possible {
-                    "P2P possible"
-                } else {
-                    "P2P NOT possible"
-                }
-            );
-            if let Some(t) = &g.iommu_group_type {
-                println!("  iommu group type: {t}");
-            }
-            if let Some(p) = &g.path_to_storage {
-                println!("  path to storage: {p}");
-            }
-            for p in &g.problems {
-                println!("  problem: {p}");
-            }
-        }
-        for p in &rep.problems {
-            println!("problem: {p}");
-        }
-        println!(
-            "verdict: {}",
-            if rep.p2p_possible {
-                "P2P I/O can work"
-            } else {
-                "P2P I/O cannot work here; fgds falls back to bounce buffers (or fails in strict mode)"
-            }
+        assert_eq!(
+            o,
+            [
+                ("CONFIG_PCI_P2PDMA".to_string(), "y".to_string()),
+                ("CONFIG_FGDS".into(), "m".into()),
+                ("CONFIG_X".into(), "a b".into())
+            ]
         );
     }
-    Ok(if rep.p2p_possible {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+
+    #[test]
+    fn bars() {
+        let r = "0x00000000fe000000 0x00000000feffffff 0x0000000000040200\n\
+                 0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                 0x000000e000000000 0x000000e01fffffff 0x000000000014220c\n\
+                 0x000000000000c000 0x000000000000c07f 0x0000000000040101\n";
+        assert_eq!(largest_bar(r), 512 << 20);
+    }
+
+    /// A sysfs tree of PCI functions: every GPU-class function is listed
+    /// with its driver, others only when an fgds node serves them.
+    #[test]
+    fn gpus_on_the_bus() {
+        let d = tempfile::tempdir().unwrap();
+        let drivers = d.path().join("drivers");
+        for (addr, class, drv) in [
+            ("0000:01:00.0", "0x030200", Some("nvidia")),
+            ("0000:02:00.0", "0x030000", None),
+            ("0000:03:00.0", "0x010802", Some("nvme")),
+            ("0000:04:00.0", "0x050000", Some("vfio-pci")),
+            ("0000:05:00.0", "0x120000", Some("amdgpu")),
+        ] {
+            let f = d.path().join(addr);
+            std::fs::create_dir_all(&f).unwrap();
+            std::fs::write(f.join("class"), format!("{class}\n")).unwrap();
+            std::fs::write(f.join("vendor"), "0x10de\n").unwrap();
+            std::fs::write(f.join("device"), "0x2330\n").unwrap();
+            if let Some(drv) = drv {
+                let t = drivers.join(drv);
+                std::fs::create_dir_all(&t).unwrap();
+                std::os::unix::fs::symlink(&t, f.join("driver")).unwrap();
+            }
+        }
+        let g = pci_gpus(d.path(), &[("0000:04:00.0".into(), "fgds0".into())]);
+        let got: Vec<_> = g
+            .iter()
+            .map(|g| (g.address.as_str(), g.driver.as_deref(), g.dmabuf_export))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("0000:01:00.0", Some("nvidia"), "maybe"),
+                ("0000:02:00.0", None, "no"),
+                ("0000:04:00.0", Some("vfio-pci"), "yes"),
+                ("0000:05:00.0", Some("amdgpu"), "yes"),
+            ]
+        );
+        assert_eq!(g[2].fgds_node.as_deref(), Some("fgds0"));
+    }
 }

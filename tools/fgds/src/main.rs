@@ -22,8 +22,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Explain whether P2P I/O from FILE's block device to each GPU can work.
-    /// Exit status 0 if it can for at least one GPU, 1 if not.
+    /// Explain whether P2P I/O from FILE's block device to each GPU can work:
+    /// every GPU on the PCI bus with its driver, the kernel's configuration,
+    /// the FGDS_* configuration, one next step per problem. Exit status 0 if
+    /// P2P I/O can work for at least one GPU, 1 if only the bounce-buffer
+    /// fallback can, 2 if the check failed (missing file, bad FGDS_* value).
     Check {
         /// A file on the file system to check (default: only GPU/IOMMU checks).
         file: Option<std::path::PathBuf>,

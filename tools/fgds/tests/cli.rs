@@ -293,3 +293,100 @@ fn errors_end_with_the_library_hint() {
     let want = format!("fgds: hint: {}\n", fgds::error::hint(libc::ENOENT));
     assert!(err.ends_with(&want), "{err}");
 }
+
+/// `fgds check`'s exit status: 1 when only the fallback can work (no fgds
+/// node here), 2 when the check fails: a missing file is not "no P2P".
+#[test]
+fn check_exit_codes_and_json() {
+    let no_nodes = std::fs::read_dir("/sys/class/misc")
+        .map(|r| {
+            r.flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with("fgds"))
+        })
+        .unwrap_or(true);
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = d.path().join("f");
+    std::fs::write(&p, vec![1u8; 8192]).unwrap();
+    let out = fgds()
+        .args(["check", "--json", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if no_nodes {
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(v["verdict"], "fallback");
+    }
+    assert!(v["pci_gpus"].is_array());
+    let opts = v["kernel"]["options"].as_array().unwrap();
+    for name in ["CONFIG_PCI_P2PDMA", "CONFIG_ZONE_DEVICE", "CONFIG_FGDS"] {
+        assert!(opts.iter().any(|o| o["name"] == name), "{name}");
+    }
+    for pr in v["problems"].as_array().unwrap() {
+        assert!(pr["what"].is_string() && pr["next"].is_string(), "{pr}");
+    }
+
+    let missing = d.path().join("missing");
+    let out = fgds()
+        .args(["check", "--json", missing.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "error");
+    assert!(v["file"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("No such file"));
+    let out = fgds()
+        .args(["check", missing.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verdict: the check failed"));
+}
+
+/// The FGDS_* configuration: shown by `fgds check`, and a bad value is a
+/// clear error naming the variable, in check and wherever a file is opened.
+#[test]
+fn fgds_environment() {
+    let out = fgds()
+        .args(["check", "--json"])
+        .env("FGDS_CHUNK_SIZE", "256K")
+        .env("FGDS_STRICT", "1")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let vars = v["config"]["vars"].as_array().unwrap();
+    let var = |n: &str| vars.iter().find(|x| x["name"] == n).unwrap().clone();
+    assert_eq!(var("FGDS_CHUNK_SIZE")["value"], "262144");
+    assert_eq!(var("FGDS_CHUNK_SIZE")["given"], "256K");
+    assert_eq!(var("FGDS_STRICT")["value"], "1");
+    assert_eq!(var("FGDS_QUEUE_DEPTH")["set"], false);
+    assert_eq!(var("FGDS_QUEUE_DEPTH")["value"], "16");
+    for n in ["FGDS_THREADS", "FGDS_IO_URING"] {
+        assert!(var(n)["default"].is_string(), "{n}");
+    }
+    let out = fgds()
+        .args(["check"])
+        .env("FGDS_QUEUE_DEPTH", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("error: FGDS_QUEUE_DEPTH=\"0\""), "{s}");
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let out = fgds()
+        .args([
+            "bench",
+            "-f",
+            d.path().join("b").to_str().unwrap(),
+            "-s",
+            "1M",
+        ])
+        .env("FGDS_THREADS", "many")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("FGDS_THREADS=\"many\""), "{e}");
+}
