@@ -401,6 +401,23 @@ fn progress(a: &BenchArgs, label: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// A progress bar for filling `bytes` of the file: on a terminal (stderr)
+/// only, and only when the fill is long enough to be seen waiting.
+fn fill_progress(a: &BenchArgs, bytes: u64) -> indicatif::ProgressBar {
+    if bytes < (256 << 20) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(bytes);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb.set_message(format!("filling {}", a.file.display()));
+    pb
+}
+
 /// The extended attribute that marks a file `fgds bench` created itself, so
 /// that a later run may grow or write it without `--overwrite`.
 const OWNER_XATTR: &std::ffi::CStr = c"user.fgds.bench";
@@ -501,6 +518,15 @@ fn prepare(a: &BenchArgs, always: bool) -> Result<(), BenchError> {
         Some(f) => {
             let have = length_of(&f, &a.file)?;
             let regular = f.metadata().map(|m| m.is_file()).unwrap_or(false);
+            if !regular && have < need {
+                return Err(fgds::Error::InvalidArgument(format!(
+                    "{name} is not a regular file and holds {}, less than the {} this run needs: \
+                     lower -s/--file-size",
+                    human(have),
+                    human(need)
+                ))
+                .into());
+            }
             let what = if fill_needed(have) {
                 Some(format!(
                     "grow it from {} to {} (bytes from {} on written)",
@@ -531,7 +557,7 @@ fn prepare(a: &BenchArgs, always: bool) -> Result<(), BenchError> {
                 }
             }
             if !regular {
-                // A block device cannot grow; reads stay inside it.
+                // A block device is large enough (above): nothing to fill.
                 return Ok(());
             }
             have
@@ -545,13 +571,16 @@ fn prepare(a: &BenchArgs, always: bool) -> Result<(), BenchError> {
         b.write_bytes(0, &fill)?;
         // Byte `o` of the file is fill[o % chunk]; start at the current end
         // so that no byte already there is rewritten.
+        let pb = fill_progress(a, need - have);
         let mut off = have;
         while off < need {
             let at = (off % chunk as u64) as usize;
             let n = (need - off).min((chunk - at) as u64) as usize;
             f.write(&b, at, n, off)?;
             off += n as u64;
+            pb.inc(n as u64);
         }
+        pb.finish_and_clear();
         // SAFETY: valid fd.
         if unsafe { libc::fsync(f.raw_fd()) } < 0 {
             return Err(io_err(format!("fsync {name}"), std::io::Error::last_os_error()).into());
