@@ -121,6 +121,17 @@ int fgds_write_async(int handle, void *base, const size_t *size,
 		     ssize_t *bytes_done, void *stream);
 
 int fgds_get_stats(int handle, struct fgds_stats *out);
+/* Why the handle's last request fell back to the bounce path: copied into
+ * buf as snprintf does; returns the reason's length (0: no fallback yet) or
+ * a negative code. */
+ssize_t fgds_last_fallback_reason(int handle, char *buf, size_t len);
+/* Whether the registered buffer containing ptr does direct peer-to-peer
+ * I/O (1: GPU memory mapped through an fgds node; 0: host memory, or GPU
+ * memory that bounces), or -EFAULT when ptr is not in a registered buffer. */
+int fgds_buf_is_p2p(const void *ptr);
+/* Why that buffer is not P2P, as fgds_last_fallback_reason() (0: no reason:
+ * it is P2P, or host memory). */
+ssize_t fgds_buf_p2p_reason(const void *ptr, char *buf, size_t len);
 /* Static description of a code (negative or positive). */
 const char *fgds_strerror(int code);
 /* Static hint of what to do about a code (negative or positive). */

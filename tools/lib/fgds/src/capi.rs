@@ -577,6 +577,80 @@ pub unsafe extern "C" fn fgds_get_stats(handle: c_int, out: *mut fgds_stats) -> 
     }
 }
 
+/// Copies `text` into `buf` as snprintf does (truncated to `len - 1` bytes
+/// and NUL-terminated when `len > 0`); returns the length of `text`.
+///
+/// # Safety
+///
+/// `buf` is NULL with `len` 0, or points to `len` writable bytes.
+unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> isize {
+    if len > 0 && !buf.is_null() {
+        let n = text.len().min(len - 1);
+        // SAFETY: the caller gives `len` writable bytes at `buf`; n < len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len() as isize
+}
+
+/// Whether the registered buffer containing `ptr` is mapped for direct
+/// peer-to-peer I/O (1: GPU memory through an fgds node) or not (0: host
+/// memory, or GPU memory that bounces); -EFAULT when `ptr` is not in a
+/// registered buffer. As `Buffer::is_p2p`.
+#[no_mangle]
+pub extern "C" fn fgds_buf_is_p2p(ptr: *const c_void) -> c_int {
+    match lookup(ptr as u64, 0) {
+        Ok((b, _)) => c_int::from(b.is_p2p()),
+        Err(e) => fail(e),
+    }
+}
+
+/// Why the registered buffer containing `ptr` cannot do peer-to-peer I/O,
+/// copied into `buf` as snprintf does; returns the reason's length (0:
+/// there is none: it is P2P, or host memory), or a negative code. As
+/// `Buffer::p2p_unavailable_reason`.
+///
+/// # Safety
+///
+/// `buf` is NULL with `len` 0, or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_buf_p2p_reason(
+    ptr: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    match lookup(ptr as u64, 0) {
+        // SAFETY: the caller's guarantee.
+        Ok((b, _)) => unsafe { copy_out(b.p2p_unavailable_reason().unwrap_or(""), buf, len) },
+        Err(e) => fail(e) as isize,
+    }
+}
+
+/// Why the handle's last request fell back to the bounce path, copied into
+/// `buf` as snprintf does; returns the reason's length (0: no fallback
+/// yet), or a negative code. As `Stats::last_fallback_reason`.
+///
+/// # Safety
+///
+/// `buf` is NULL with `len` 0, or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_last_fallback_reason(
+    handle: c_int,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    match file(handle) {
+        Ok(f) => {
+            let r = f.stats().last_fallback_reason.unwrap_or_default();
+            // SAFETY: the caller's guarantee.
+            unsafe { copy_out(&r, buf, len) }
+        }
+        Err(e) => fail(e) as isize,
+    }
+}
+
 /// A C string of `text(code)` that lives as long as the process, one per
 /// code.
 fn static_text(
