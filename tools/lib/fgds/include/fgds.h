@@ -6,6 +6,11 @@
  * Link with -lfgds (libfgds.so or libfgds.a; the static library also needs
  * -lpthread -ldl -lm). Every function is thread-safe.
  *
+ * Written by hand, not by cbindgen (which this tree does not build with,
+ * and which would drop these comments): tools/lib/fgds/tests/header.rs
+ * holds it to src/capi.rs (the same functions; struct sizes, offsets and
+ * constants as the C compiler sees them).
+ *
  * Errors: functions return a negative errno-style code (-EINVAL, ...);
  * fgds_strerror() says what a code means, fgds_strhint() what to do about
  * it, and fgds_last_error() gives the detailed message of the calling
