@@ -95,6 +95,8 @@ pub struct PciGpu {
     pub dmabuf_export: &'static str,
     /// What its driver exports, in words.
     pub dmabuf_note: String,
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`, where libcuda knows the GPU.
+    pub cuda_dmabuf_supported: Option<bool>,
 }
 
 #[derive(Default, serde::Serialize)]
@@ -347,6 +349,7 @@ pub fn pci_gpus(root: &Path, served: &[(String, String)]) -> Vec<PciGpu> {
                 fgds_node: node,
                 dmabuf_export,
                 dmabuf_note,
+                cuda_dmabuf_supported: None,
             })
         })
         .collect();
@@ -549,6 +552,9 @@ fn print_text(rep: &Report, iommus: &[String], groups: usize) {
             g.fgds_node.as_deref().unwrap_or("none")
         );
         println!("  dma-buf export: {} ({})", g.dmabuf_export, g.dmabuf_note);
+        if let Some(v) = g.cuda_dmabuf_supported {
+            println!("  CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: {}", u8::from(v));
+        }
     }
     if let Some(f) = &rep.file {
         println!("file {}:", f.path.display());
@@ -637,6 +643,32 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
         .filter_map(|d| d.pci_address.clone().map(|a| (a, d.name.clone())))
         .collect();
     rep.pci_gpus = pci_gpus(Path::new("/sys/bus/pci/devices"), &served);
+    if rep
+        .pci_gpus
+        .iter()
+        .any(|g| g.driver.as_deref() == Some("nvidia"))
+    {
+        // Where libcuda is present, it says whether each GPU exports dma-bufs.
+        if let Ok(cuda) = fgds::gpu::cuda_dmabuf_support() {
+            for g in &mut rep.pci_gpus {
+                let a = g.address.to_lowercase();
+                if let Some((_, v)) = cuda.iter().find(|(p, _)| *p == a) {
+                    g.cuda_dmabuf_supported = *v;
+                    match v {
+                        Some(true) => {
+                            g.dmabuf_export = "yes";
+                            g.dmabuf_note = "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 1: CUDA exports its memory as dma-bufs (cuMemGetHandleForAddressRange)".into();
+                        }
+                        Some(false) => {
+                            g.dmabuf_export = "no";
+                            g.dmabuf_note = "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: this driver does not export its memory as dma-bufs (the open kernel modules do, on supported GPUs)".into();
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
     for g in &rep.pci_gpus {
         if g.fgds_node.is_none() && rep.module_loaded {
             rep.problems.push(problem(
@@ -647,7 +679,11 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
         if g.dmabuf_export == "no" {
             rep.problems.push(problem(
                 format!("GPU {}: {}", g.address, g.dmabuf_note),
-                "bind a driver that exports dma-bufs of GPU memory (the GPU vendor's, or vfio-pci for a BAR)",
+                if g.driver.as_deref() == Some("nvidia") {
+                    "load NVIDIA's open kernel modules (nvidia-open) on a GPU they support, or bind vfio-pci to export a BAR"
+                } else {
+                    "bind a driver that exports dma-bufs of GPU memory (the GPU vendor's, or vfio-pci for a BAR)"
+                },
             ));
         }
     }

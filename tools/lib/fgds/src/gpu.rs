@@ -615,3 +615,65 @@ pub struct DeviceMemory {
     /// PCI address of the device, lower case.
     pub pci_address: Option<String>,
 }
+
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (cuda.h, CUDA 11.7 and later).
+const DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
+type FnDevCount = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnDevAttr = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// Every CUDA device's PCI address (`0000:01:00.0`, lower case) and whether
+/// it exports dma-bufs (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`, `None`
+/// when the driver does not answer). [`Error::RuntimeUnavailable`] without
+/// a usable `libcuda.so.1`.
+pub fn cuda_dmabuf_support() -> Result<Vec<(String, Option<bool>)>> {
+    let rt = Runtime::cuda()?;
+    // SAFETY: the symbols have these C signatures (cuda.h).
+    let (count, attr): (FnDevCount, FnDevAttr) = unsafe {
+        (
+            sym(&rt._lib, Kind::Cuda, "cuDeviceGetCount")?,
+            sym(&rt._lib, Kind::Cuda, "cuDeviceGetAttribute")?,
+        )
+    };
+    let mut n: c_int = 0;
+    // SAFETY: n is writable; cuInit ran when the runtime was loaded.
+    let r = unsafe { count(&mut n) };
+    if r != 0 {
+        return Err(Error::Runtime {
+            call: "cuDeviceGetCount",
+            code: r,
+        });
+    }
+    let mut out = Vec::new();
+    for ordinal in 0..n {
+        let mut dev = ordinal;
+        if let Some(get) = rt.dev_get {
+            // SAFETY: dev is writable.
+            if unsafe { get(&mut dev, ordinal) } != 0 {
+                continue;
+            }
+        }
+        let mut bus = [0 as c_char; 32];
+        // SAFETY: bus has the length passed.
+        if unsafe { (rt.bus_id)(bus.as_mut_ptr(), bus.len() as c_int, dev) } != 0 {
+            continue;
+        }
+        // SAFETY: the driver wrote a NUL-terminated string.
+        let pci = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }
+            .to_string_lossy()
+            .to_lowercase();
+        // sysfs names a function 0000:01:00.0; some drivers give the
+        // domain in 8 digits
+        let pci = match pci.split_once(':') {
+            Some((dom, rest)) if dom.len() > 4 => match u32::from_str_radix(dom, 16) {
+                Ok(d) => format!("{d:04x}:{rest}"),
+                Err(_) => pci,
+            },
+            _ => pci,
+        };
+        let mut v: c_int = 0;
+        // SAFETY: v is writable.
+        let ok = unsafe { attr(&mut v, DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) } == 0;
+        out.push((pci, ok.then_some(v != 0)));
+    }
+    Ok(out)
+}

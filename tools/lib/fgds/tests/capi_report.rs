@@ -77,3 +77,21 @@ fn buffer_p2p_and_fallback_reason() {
     assert_eq!(fgds_close(h), 0);
     assert_eq!(fgds_buf_deregister(base), 0);
 }
+
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` per GPU where libcuda is
+/// present (fgds check shows it); without libcuda, a clear error.
+#[test]
+fn cuda_dmabuf_support_or_why_not() {
+    match fgds::gpu::cuda_dmabuf_support() {
+        Ok(devs) => {
+            for (pci, _) in &devs {
+                assert_eq!(pci.len(), 12, "{pci}");
+                assert_eq!(pci, &pci.to_lowercase());
+            }
+        }
+        Err(e) => {
+            assert_eq!(e.errno(), libc::ENOSYS, "{e}");
+            assert!(e.to_string().contains("CUDA"), "{e}");
+        }
+    }
+}
