@@ -701,6 +701,9 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
     if let Some(e) = rep.file.as_ref().and_then(|f| f.error.clone()) {
         rep.errors.push(e);
     }
+    let cpu = crate::p2p::Cpu::from_cpuinfo(
+        &std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default(),
+    );
     for d in &devs {
         let mut g = GpuReport {
             node: d.name.clone(),
@@ -725,17 +728,22 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
         }
         if let (Some(f), Some(gpu)) = (&rep.file, &d.pci_sysfs) {
             if let Some(nvme) = &f.pci_device {
-                let common: PathBuf = gpu
-                    .components()
-                    .zip(nvme.components())
-                    .take_while(|(a, b)| a == b)
-                    .map(|(a, _)| a)
-                    .collect();
-                let below_switch = pci_of(&common).is_some();
-                g.path_to_storage = Some(if below_switch {
-                    format!("common upstream bridge {}", common.display())
-                } else {
-                    "through the root complex (works only on host bridges the kernel allow-lists for P2PDMA)".into()
+                // The block layer's own rule (pci_p2pdma_distance).
+                g.path_to_storage = Some(match crate::p2p::decide(gpu, nvme, &cpu) {
+                    crate::p2p::Verdict::BusAddr { via, distance } => format!(
+                        "direct below the common upstream bridge {via} ({distance} hops), no ACS redirect"
+                    ),
+                    crate::p2p::Verdict::ThroughHostBridge { why, distance } => {
+                        format!("through the root complex ({distance} hops): {why}")
+                    }
+                    crate::p2p::Verdict::NotSupported { why, next } => {
+                        g.problems.push(problem(
+                            format!("the kernel refuses P2P DMA between {} and this GPU: {why}", f.block_device.as_deref().unwrap_or("the NVMe")),
+                            next,
+                        ));
+                        "refused by the kernel".into()
+                    }
+                    crate::p2p::Verdict::Unknown { why } => format!("unknown: {why}"),
                 });
             }
         }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod p2p;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
