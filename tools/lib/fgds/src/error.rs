@@ -229,14 +229,14 @@ errnos! {
         "register the memory first (C fgds_buf_register_*, Python fgds.Buffer) and keep requests inside it";
     EBUSY: "busy: a page of the range is already registered (a GPU BAR page belongs to one registration at a time), or a buffer is closed with I/O in flight",
         "unregister the other registration of these pages first, or wait for the I/O in flight on the buffer to finish";
-    EEXIST: "an overlapping buffer is already registered",
-        "deregister the overlapping buffer first";
+    EEXIST: "an overlapping buffer is already registered, or the GPU's BAR range already has struct pages made by its own driver (an NVMe CMB's p2pmem, nvidia-uvm's pages over a static BAR1)",
+        "deregister the overlapping buffer first; a BAR whose owner made its pages cannot be registered with fgds (fgds check), so let I/O fall back to bounce buffers";
     EXDEV: "the dma-buf's memory is not in a BAR of this node's GPU (another device's or system memory), or its exporter cannot map it for this GPU",
         "register the buffer on the /dev/fgdsN node of the GPU that owns its memory (fgds list)";
     ENODEV: "no fgds device: module not loaded, no GPU bound, GPU removed, or the buffer was revoked by its exporter",
         "load the fgds module and bind the GPU (fgds check says what is missing), or use host memory; without it I/O falls back to bounce buffers unless strict mode is on";
-    EINVAL: "invalid argument: zero or too large a size, offsets or sizes not page aligned where they must be (strict mode: not O_DIRECT aligned), non-zero reserved fields or flags, not a dma-buf",
-        "check the arguments (sizes > 0, chunk_size a multiple of 4096; strict mode needs aligned offsets, sizes and addresses)";
+    EINVAL: "invalid argument: zero or too large a size, offsets or sizes not page aligned where they must be (strict mode: not O_DIRECT aligned), non-zero reserved fields or flags, not a dma-buf; for O_DIRECT I/O into a mapping also: the storage device has no P2P path to the GPU (no shared switch, host bridge not on the allow list)",
+        "check the arguments (sizes > 0, chunk_size a multiple of 4096; strict mode needs aligned offsets, sizes and addresses); if they are right, run fgds check FILE for the path between the file's device and the GPU";
     ENOSPC: "no space left on the device",
         "free space on the file system";
     ERANGE: "range out of bounds: past the end of a buffer, or offset + size past the end of the dma-buf",
