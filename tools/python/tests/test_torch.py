@@ -1,9 +1,17 @@
+import errno
+import fcntl
+import inspect
 import os
+import subprocess
+import sys
 
 import pytest
 
 
 torch = pytest.importorskip("torch")
+import torch.cuda.gds as tgds  # noqa: E402
+
+import fgds  # noqa: E402
 import fgds.torch as ft  # noqa: E402
 
 
@@ -11,29 +19,121 @@ def devices():
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def _params(fn):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_names_and_signatures_match_torch():
+    # torch.cuda.gds of the installed torch: every public name, function and
+    # method exists in fgds.torch with the same parameters (names, kinds,
+    # defaults); extras are only keyword arguments beyond torch's.
+    assert ft.__all__ == tgds.__all__
+    for name in tgds.__all__:
+        assert hasattr(ft, name), name
+    for name in ("is_available", "gds_register_buffer", "gds_deregister_buffer"):
+        assert _params(getattr(ft, name)) == _params(getattr(tgds, name)), name
+    theirs = {n for n, v in vars(tgds.GdsFile).items() if callable(v) and (not n.startswith("_") or n in ("__init__", "__del__"))}
+    for name in theirs:
+        mine, ref = _params(getattr(ft.GdsFile, name)), _params(getattr(tgds.GdsFile, name))
+        extra = mine[len(ref) :]
+        assert mine[: len(ref)] == ref, name
+        assert all(k == inspect.Parameter.VAR_KEYWORD for _, k, _ in extra), name
+    assert ft.is_available() is True
+
+
+def test_tutorial_unchanged_but_the_import(tmpdir_ext4):
+    tutorial = os.path.join(os.path.dirname(__file__), "gds_tutorial.py")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    env = dict(os.environ, FGDS_TUTORIAL_DEVICE=dev)
+    r = subprocess.run([sys.executable, tutorial], cwd=tmpdir_ext4, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tutorial ok: bias, weight" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("dev", devices())
-def test_gdsfile_roundtrip(tmpdir_ext4, dev):
+def test_gdsfile_registers_its_handle_as_torch(tmpdir_ext4, dev):
     p = os.path.join(tmpdir_ext4, "g.bin")
     src = torch.randn(1 << 18, device=dev)
     f = ft.GdsFile(p, os.O_CREAT | os.O_RDWR)
-    with pytest.raises(AssertionError):
-        f.save_storage(src.untyped_storage())
-    f.register_handle()
+    assert f.handle is not None and fcntl.fcntl(f.fd, fcntl.F_GETFL) & os.O_DIRECT
+    with pytest.raises(AssertionError, match="^Cannot register a handle that is already registered.$"):
+        f.register_handle()
     ft.gds_register_buffer(src.untyped_storage())
     f.save_storage(src.untyped_storage(), 4096)
     ft.gds_deregister_buffer(src.untyped_storage())
     dst = torch.empty_like(src)
     f.load_storage(dst.untyped_storage(), 4096)
     assert torch.equal(src, dst)
+    f.deregister_handle()
+    with pytest.raises(AssertionError, match="^Cannot deregister a handle that is not registered.$"):
+        f.deregister_handle()
+    with pytest.raises(AssertionError, match="^Cannot load data from a file that is not registered.$"):
+        f.load_storage(dst.untyped_storage())
+    with pytest.raises(AssertionError, match="^Cannot save data to a file that is not registered.$"):
+        f.save_storage(src.untyped_storage())
+    f.register_handle()
+    dst.zero_()
+    f.load_storage(dst.untyped_storage(), offset=4096)
+    assert torch.equal(src, dst)
+    fd = f.fd
+    del f
+    with pytest.raises(OSError) as e:
+        os.fstat(fd)
+    assert e.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("dev", devices())
+def test_extras(tmpdir_ext4, dev):
+    p = os.path.join(tmpdir_ext4, "x.bin")
+    f = ft.GdsFile(p, os.O_CREAT | os.O_RDWR)
+    src = torch.randn(1 << 18, device=dev)
+    f.save_storage(src.untyped_storage())
     dst2 = torch.empty_like(src)
-    f.load_storage_async(dst2.untyped_storage(), 4096).wait()
+    f.load_storage_async(dst2.untyped_storage(), 0).wait()
     assert torch.equal(src, dst2)
     a, b = torch.randn(1000, device=dev), torch.randn(3000, device=dev)
     f.save_storages([a.untyped_storage(), b.untyped_storage()], [0, 1 << 20])
     a2, b2 = torch.empty_like(a), torch.empty_like(b)
-    f.load_storages([a2.untyped_storage(), b2.untyped_storage()], [0, 1 << 20])
+    f.load_storages([a2, b2], [0, 1 << 20])
     assert torch.equal(a, a2) and torch.equal(b, b2)
-    f.deregister_handle()
+    assert f.stats()["read_bytes"] > 0
+    del f
+
+
+def test_errors_as_torch(tmpdir_ext4):
+    p = os.path.join(tmpdir_ext4, "e.bin")
+    with open(p, "wb") as fh:
+        fh.write(os.urandom(8192))
+    # os.open's own error, as torch's GdsFile.
+    with pytest.raises(FileNotFoundError):
+        ft.GdsFile(os.path.join(tmpdir_ext4, "missing"), os.O_RDONLY)
+    t = torch.zeros(4096)
+    # A tensor where a Storage is expected: TypeError, as torch's (checked
+    # against torch.cuda.gds itself, which raises it before calling cuFile).
+    for name in ("gds_register_buffer", "gds_deregister_buffer"):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            getattr(tgds, name)(t)
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            getattr(ft, name)(t)
+    s = t.untyped_storage()
+    ft.gds_register_buffer(s)
+    with pytest.raises(RuntimeError, match="cuFileBufRegister failed: device pointer already registered") as e:
+        ft.gds_register_buffer(s)
+    assert isinstance(e.value, fgds.FgdsError) and e.value.errno == errno.EEXIST
+    ft.gds_deregister_buffer(s)
+    with pytest.raises(RuntimeError, match="cuFileBufDeregister failed: device pointer lookup failure"):
+        ft.gds_deregister_buffer(s)
+    f = ft.GdsFile(p, os.O_RDONLY)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        f.load_storage(t)
+    # 16 KiB from an 8 KiB file: torch's partial-read error.
+    with pytest.raises(RuntimeError, match="^.*cuFileRead partial read: expected 16384 bytes, got 8192$"):
+        f.load_storage(s)
+    # Writing through a read-only descriptor: cuFileWrite failed (EBADF).
+    with pytest.raises(ft.GdsError, match="cuFileWrite failed") as e:
+        f.save_storage(s)
+    assert e.value.errno == errno.EBADF
+    del f
 
 
 @pytest.mark.parametrize("dev", devices())

@@ -1,12 +1,25 @@
-"""A drop-in for ``torch.cuda.gds`` on fgds.
+"""``torch.cuda.gds`` on fgds.
 
-Same names and semantics as ``torch.cuda.gds``::
+The same names, signatures and behaviour as ``torch.cuda.gds`` of torch
+2.15 (``is_available``, ``gds_register_buffer``, ``gds_deregister_buffer``,
+``GdsFile``: ``__init__(filename, flags)`` opens with ``flags | O_DIRECT``
+and registers the handle, ``register_handle``/``deregister_handle``,
+``load_storage(storage, offset=0)``, ``save_storage(storage, offset=0)``),
+errors included: what torch raises as ``RuntimeError`` (a cuFile call
+failed, a partial read or write) is :class:`GdsError`, a ``RuntimeError``
+that is also an :class:`fgds.FgdsError` (an ``OSError`` with ``errno``),
+with torch's messages; misuse of a handle raises torch's
+``AssertionError``; a tensor where a storage is expected ``TypeError``.
+Switch with one import::
 
-    from fgds.torch import GdsFile, gds_register_buffer, gds_deregister_buffer
+    import fgds.torch as gds            # was: torch.cuda.gds
 
-plus what torch lacks: ``GdsFile.load_storage_async/save_storage_async``
-(returning :class:`fgds.Future`), batched ``load_storages/save_storages``,
-and ``save_state_dict``/``load_state_dict`` doing the ``_checkpoint_offset``
+Extras, which torch lacks and which ``__all__`` leaves out as torch's does:
+``GdsFile.load_storage_async/save_storage_async`` (returning
+:class:`fgds.Future`), batched ``load_storages/save_storages``,
+``GdsFile.stats()``, keyword arguments of ``GdsFile`` passed to
+:class:`fgds.File` (``strict``, ``chunk_size``, ...), and
+``save_state_dict``/``load_state_dict`` doing the ``_checkpoint_offset``
 recipe (4096-aligned storages, metadata via ``torch.save`` under
 ``torch.serialization.skip_data()``).
 
@@ -16,19 +29,19 @@ and through pinned bounce buffers otherwise (``GdsFile.stats()`` says
 which). torch is imported lazily, so ``import fgds.torch`` works without it.
 """
 
+import errno as _errno
 import mmap
 import os
+import sys
 import threading
 
 from . import _fgds
 
 __all__ = [
+    "is_available",
     "gds_register_buffer",
     "gds_deregister_buffer",
     "GdsFile",
-    "save_state_dict",
-    "load_state_dict",
-    "STORAGE_ALIGNMENT",
 ]
 
 STORAGE_ALIGNMENT = 4096
@@ -37,19 +50,51 @@ _registered = {}  # (device, data_ptr) -> (fgds.Buffer, nbytes)
 _reg_lock = threading.Lock()
 
 
+class GdsError(_fgds.FgdsError, RuntimeError):
+    """A failed GDS call: ``RuntimeError`` as in ``torch.cuda.gds``, and an
+    :class:`fgds.FgdsError` (``errno``, ``strerror``)."""
+
+
+def _gds_error(call, e):
+    if isinstance(e, _fgds.FgdsError):
+        return GdsError(e.errno, f"{call} failed: {e.strerror}")
+    return GdsError(_errno.EINVAL, f"{call} failed: {e}")
+
+
 def _torch():
     import torch
 
     return torch
 
 
+def is_available():
+    """Returns ``True``: fgds's GDS support is always built in (peer to
+    peer where the fgds module serves the GPU, the bounce path elsewhere;
+    ``fgds.module_loaded()`` tells which)."""
+    return True
+
+
 def _as_storage(obj):
+    # The extras take tensors and TypedStorages as well.
     torch = _torch()
     if isinstance(obj, torch.Tensor):
         return obj.untyped_storage()
     if hasattr(obj, "untyped") and not isinstance(obj, torch.UntypedStorage):
         return obj.untyped()  # TypedStorage
     return obj
+
+
+def _storage_arg(obj, fn):
+    """torch's argument check: a Storage (untyped or typed), nothing else."""
+    torch = _torch()
+    if isinstance(obj, torch.UntypedStorage):
+        return obj
+    if isinstance(obj, torch.TypedStorage):
+        return obj.untyped()
+    raise TypeError(
+        f"{fn}(): incompatible function arguments: expected a torch Storage "
+        f"(for a tensor t: t.untyped_storage()), got {type(obj).__name__}"
+    )
 
 
 def _key(storage):
@@ -71,24 +116,31 @@ def _make_buffer(storage):
 
 
 def gds_register_buffer(s):
-    """Registers a storage (or tensor) for fgds I/O, like
-    ``torch.cuda.gds.gds_register_buffer`` (cuFileBufRegister). Optional:
-    unregistered storages are registered for the duration of each call."""
-    s = _as_storage(s)
+    """Registers a storage (CUDA, or CPU here) for GDS I/O, like
+    ``torch.cuda.gds.gds_register_buffer`` (``cuFileBufRegister``).
+    Optional: unregistered storages are registered for each call. Raises
+    :class:`GdsError` (a ``RuntimeError``) if it is already registered."""
+    s = _storage_arg(s, "_gds_register_buffer")
     k = _key(s)
     with _reg_lock:
         if k in _registered:
-            raise _fgds.FgdsError(17, "storage is already registered; deregister it first")
-        _registered[k] = (_make_buffer(s), s.nbytes())
+            raise GdsError(_errno.EEXIST, "cuFileBufRegister failed: device pointer already registered")
+        if s.nbytes() == 0:
+            raise GdsError(_errno.EINVAL, "cuFileBufRegister failed: invalid arguments")
+        try:
+            _registered[k] = (_make_buffer(s), s.nbytes())
+        except (OSError, ValueError) as e:
+            raise _gds_error("cuFileBufRegister", e) from e
 
 
 def gds_deregister_buffer(s):
-    """Deregisters a storage registered with :func:`gds_register_buffer`."""
-    s = _as_storage(s)
+    """Deregisters a storage registered with :func:`gds_register_buffer`
+    (``cuFileBufDeregister``); :class:`GdsError` if it is not registered."""
+    s = _storage_arg(s, "_gds_deregister_buffer")
     with _reg_lock:
         entry = _registered.pop(_key(s), None)
     if entry is None:
-        raise _fgds.FgdsError(14, "storage is not registered; register it with gds_register_buffer")
+        raise GdsError(_errno.EFAULT, "cuFileBufDeregister failed: device pointer lookup failure")
     entry[0].close()
 
 
@@ -108,35 +160,33 @@ def _sync(storage):
 
 
 class GdsFile:
-    """``GdsFile(filename, flags)``: same as ``torch.cuda.gds.GdsFile``.
+    """``GdsFile(filename, flags)``: ``torch.cuda.gds.GdsFile``.
 
-    Opens ``filename`` with ``os.open(filename, flags | O_DIRECT)`` (retried
-    without O_DIRECT where the file system refuses it; fgds then bounces and
-    says so in :meth:`stats`). Call :meth:`register_handle` before I/O.
-    Keyword arguments go to :class:`fgds.File` (strict, chunk_size, ...).
+    Opens ``filename`` with ``os.open(filename, flags | os.O_DIRECT)`` (an
+    ``OSError`` where that fails, as in torch) and registers the handle.
+    Extra keyword arguments go to :class:`fgds.File` (``strict``,
+    ``chunk_size``, ``queue_depth``, ``use_io_uring``, ``direct``).
     """
 
     def __init__(self, filename, flags, **file_kwargs):
+        if sys.platform == "win32":
+            raise RuntimeError("GdsFile is not supported on this platform.")
         self.filename = filename
         self.flags = flags
         self._file_kwargs = file_kwargs
-        try:
-            self.fd = os.open(filename, flags | os.O_DIRECT)
-        except OSError as e:
-            if e.errno != 22:  # EINVAL: no O_DIRECT here
-                raise
-            self.fd = os.open(filename, flags)
+        self.fd = os.open(filename, flags | os.O_DIRECT)
         self.handle = None
+        self.register_handle()
 
     def __del__(self):
-        try:
-            if getattr(self, "handle", None) is not None:
-                self.deregister_handle()
-            if getattr(self, "fd", None) is not None:
-                os.close(self.fd)
-                self.fd = None
-        except Exception:
-            pass
+        # Idempotent (torch's is not): the state-dict helpers call it, then
+        # the garbage collector does.
+        if getattr(self, "handle", None) is not None:
+            self.deregister_handle()
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            self.fd = None
+            os.close(fd)
 
     def __enter__(self):
         return self
@@ -146,44 +196,62 @@ class GdsFile:
         return False
 
     def register_handle(self):
-        """Registers the file (cuFileHandleRegister in torch)."""
-        if self.handle is None:
+        """Registers the file descriptor (``cuFileHandleRegister`` in torch)."""
+        if self.handle is not None:
+            raise AssertionError("Cannot register a handle that is already registered.")
+        try:
             self.handle = _fgds.File.from_fd(self.fd, **self._file_kwargs)
+        except OSError as e:
+            raise _gds_error("cuFileHandleRegister", e) from e
 
     def deregister_handle(self):
-        """Deregisters the file."""
-        assert self.handle is not None, "Cannot deregister a handle that is not registered."
+        """Deregisters the file descriptor (``cuFileHandleDeregister``)."""
+        if self.handle is None:
+            raise AssertionError("Cannot deregister a handle that is not registered.")
         self.handle.close()
         self.handle = None
 
     def _io(self, storage, offset, write):
-        storage = _as_storage(storage)
+        call = "cuFileWrite" if write else "cuFileRead"
         n = storage.nbytes()
         if n == 0:
             return 0
-        buf, temp = _buffer_for(storage)
+        try:
+            buf, temp = _buffer_for(storage)
+        except (OSError, ValueError) as e:
+            raise _gds_error(call, e) from e
         _sync(storage)
         try:
             if write:
                 done = self.handle.pwrite(buf, n, offset, 0)
             else:
                 done = self.handle.pread(buf, n, offset, 0)
+        except OSError as e:
+            raise _gds_error(call, e) from e
         finally:
             if temp:
                 buf.close()
         if done != n:
-            raise _fgds.FgdsError(5, f"{self.filename}: short {'write' if write else 'read'} ({done} of {n} bytes) at offset {offset}")
+            if write:
+                msg = f"cuFileWrite partial write: expected {n} bytes, wrote {done}"
+            else:
+                msg = f"cuFileRead partial read: expected {n} bytes, got {done}"
+            raise GdsError(_errno.EIO, msg)
         return done
 
     def load_storage(self, storage, offset=0):
-        """Reads ``storage.nbytes()`` bytes at file ``offset`` into ``storage``."""
-        assert self.handle is not None, "Cannot load data to a file that is not registered."
-        self._io(storage, offset, write=False)
+        """Reads ``storage.nbytes()`` bytes at file ``offset`` into
+        ``storage`` (``cuFileRead``); fewer bytes in the file is a
+        :class:`GdsError` ("partial read")."""
+        if self.handle is None:
+            raise AssertionError("Cannot load data from a file that is not registered.")
+        self._io(_storage_arg(storage, "_gds_load_storage"), offset, write=False)
 
     def save_storage(self, storage, offset=0):
-        """Writes ``storage`` at file ``offset``."""
-        assert self.handle is not None, "Cannot save data to a file that is not registered."
-        self._io(storage, offset, write=True)
+        """Writes all bytes of ``storage`` at file ``offset`` (``cuFileWrite``)."""
+        if self.handle is None:
+            raise AssertionError("Cannot save data to a file that is not registered.")
+        self._io(_storage_arg(storage, "_gds_save_storage"), offset, write=True)
 
     def _async(self, storage, offset, write):
         storage = _as_storage(storage)
@@ -193,15 +261,17 @@ class GdsFile:
         return (self.handle.write_async if write else self.handle.read_async)(buf, n, offset, 0)
 
     def load_storage_async(self, storage, offset=0):
-        """Like :meth:`load_storage`, returns an :class:`fgds.Future`
+        """Extra: like :meth:`load_storage`, returns an :class:`fgds.Future`
         (``.wait()`` -> bytes, ``.done()``). Do not use the storage before
         ``wait()`` returns."""
-        assert self.handle is not None, "Cannot load data to a file that is not registered."
+        if self.handle is None:
+            raise AssertionError("Cannot load data from a file that is not registered.")
         return self._async(storage, offset, write=False)
 
     def save_storage_async(self, storage, offset=0):
-        """Like :meth:`save_storage`, returns an :class:`fgds.Future`."""
-        assert self.handle is not None, "Cannot save data to a file that is not registered."
+        """Extra: like :meth:`save_storage`, returns an :class:`fgds.Future`."""
+        if self.handle is None:
+            raise AssertionError("Cannot save data to a file that is not registered.")
         return self._async(storage, offset, write=True)
 
     def _batched(self, storages, offsets, write):
@@ -245,18 +315,22 @@ class GdsFile:
                     pass
 
     def load_storages(self, storages, offsets):
-        """Reads many storages at once (one batch, in parallel). Returns the bytes read."""
-        assert self.handle is not None, "Cannot load data to a file that is not registered."
+        """Extra: reads many storages (or tensors) at once, in one batch, in
+        parallel. Returns the bytes read."""
+        if self.handle is None:
+            raise AssertionError("Cannot load data from a file that is not registered.")
         return self._batched(storages, offsets, write=False)
 
     def save_storages(self, storages, offsets):
-        """Writes many storages at once. Returns the bytes written."""
-        assert self.handle is not None, "Cannot save data to a file that is not registered."
+        """Extra: writes many storages (or tensors) at once. Returns the bytes written."""
+        if self.handle is None:
+            raise AssertionError("Cannot save data to a file that is not registered.")
         return self._batched(storages, offsets, write=True)
 
     def stats(self):
-        """fgds statistics of the handle (direct_bytes, bounce_bytes, ...)."""
-        assert self.handle is not None, "Cannot get stats of a file that is not registered."
+        """Extra: fgds statistics of the handle (direct_bytes, bounce_bytes, ...)."""
+        if self.handle is None:
+            raise AssertionError("Cannot get stats of a file that is not registered.")
         return self.handle.stats()
 
 
@@ -313,7 +387,6 @@ def save_state_dict(state_dict, path, **file_kwargs):
             offsets.append(off)
     f = GdsFile(path, os.O_RDWR, **file_kwargs)
     try:
-        f.register_handle()
         f.save_storages(storages, offsets)
         st = f.stats()
     finally:
@@ -359,7 +432,6 @@ def load_state_dict(path, device="cuda", *, return_stats=False, **file_kwargs):
             offsets.append(off)
     f = GdsFile(path, os.O_RDONLY, **file_kwargs)
     try:
-        f.register_handle()
         f.load_storages(storages, offsets)
         st = f.stats()
     finally:
