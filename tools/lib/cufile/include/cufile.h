@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
+/*
+ * cufile.h - the C interface of fgds's libcufile.so.0 (tools/lib/cufile):
+ * NVIDIA cuFile's API and ABI (version 1.17: the same function names,
+ * argument and return types, enum values and struct layouts), written
+ * from cuFile's documented API for programs built against it. Programs
+ * built with NVIDIA's cufile.h run on this library unchanged, and the
+ * other way round.
+ *
+ * Return conventions (as cuFile's): functions returning CUfileError_t
+ * put a CUfileOpError in .err (CU_FILE_SUCCESS on success) and, for
+ * CU_FILE_CUDA_DRIVER_ERROR, the CUDA driver's code in .cu_err.
+ * cuFileRead/cuFileWrite return the bytes moved (fewer at the end of the
+ * file), -1 with errno set for a system call error, or a negative
+ * CUfileOpError. Buffers may be CUDA device memory or host memory,
+ * registered or not.
+ *
+ * What fgds does: P2P (the NVMe DMAs into GPU memory through /dev/fgdsN)
+ * where an fgds node serves the GPU; elsewhere the bounce path (pinned
+ * host buffers), which cuFileDriverGetProperties and a line on stderr
+ * report, or an error with FGDS_STRICT=1 (cufile.json:
+ * "allow_compat_mode": false). See tools/lib/cufile/README.md.
+ */
+#ifndef FGDS_CUFILE_H
+#define FGDS_CUFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA driver types the API uses; cuda.h's own when it came first. */
+#ifndef __cuda_cuda_h__
+typedef int CUresult;
+typedef struct CUstream_st *CUstream;
+#endif
+
+/* Error codes: CU_FILE_SUCCESS, or CUFILEOP_BASE_ERR + n. */
+#define CUFILEOP_BASE_ERR 5000
+
+typedef enum CUfileOpError {
+	CU_FILE_SUCCESS = 0,
+	CU_FILE_DRIVER_NOT_INITIALIZED = CUFILEOP_BASE_ERR + 1,
+	CU_FILE_DRIVER_INVALID_PROPS = CUFILEOP_BASE_ERR + 2,
+	CU_FILE_DRIVER_UNSUPPORTED_LIMIT = CUFILEOP_BASE_ERR + 3,
+	CU_FILE_DRIVER_VERSION_MISMATCH = CUFILEOP_BASE_ERR + 4,
+	CU_FILE_DRIVER_VERSION_READ_ERROR = CUFILEOP_BASE_ERR + 5,
+	CU_FILE_DRIVER_CLOSING = CUFILEOP_BASE_ERR + 6,
+	CU_FILE_PLATFORM_NOT_SUPPORTED = CUFILEOP_BASE_ERR + 7,
+	CU_FILE_IO_NOT_SUPPORTED = CUFILEOP_BASE_ERR + 8,
+	CU_FILE_DEVICE_NOT_SUPPORTED = CUFILEOP_BASE_ERR + 9,
+	CU_FILE_NVFS_DRIVER_ERROR = CUFILEOP_BASE_ERR + 10,
+	CU_FILE_CUDA_DRIVER_ERROR = CUFILEOP_BASE_ERR + 11,
+	CU_FILE_CUDA_POINTER_INVALID = CUFILEOP_BASE_ERR + 12,
+	CU_FILE_CUDA_MEMORY_TYPE_INVALID = CUFILEOP_BASE_ERR + 13,
+	CU_FILE_CUDA_POINTER_RANGE_ERROR = CUFILEOP_BASE_ERR + 14,
+	CU_FILE_CUDA_CONTEXT_MISMATCH = CUFILEOP_BASE_ERR + 15,
+	CU_FILE_INVALID_MAPPING_SIZE = CUFILEOP_BASE_ERR + 16,
+	CU_FILE_INVALID_MAPPING_RANGE = CUFILEOP_BASE_ERR + 17,
+	CU_FILE_INVALID_FILE_TYPE = CUFILEOP_BASE_ERR + 18,
+	CU_FILE_INVALID_FILE_OPEN_FLAG = CUFILEOP_BASE_ERR + 19,
+	CU_FILE_DIO_NOT_SET = CUFILEOP_BASE_ERR + 20,
+	CU_FILE_INVALID_VALUE = CUFILEOP_BASE_ERR + 22,
+	CU_FILE_MEMORY_ALREADY_REGISTERED = CUFILEOP_BASE_ERR + 23,
+	CU_FILE_MEMORY_NOT_REGISTERED = CUFILEOP_BASE_ERR + 24,
+	CU_FILE_PERMISSION_DENIED = CUFILEOP_BASE_ERR + 25,
+	CU_FILE_DRIVER_ALREADY_OPEN = CUFILEOP_BASE_ERR + 26,
+	CU_FILE_HANDLE_NOT_REGISTERED = CUFILEOP_BASE_ERR + 27,
+	CU_FILE_HANDLE_ALREADY_REGISTERED = CUFILEOP_BASE_ERR + 28,
+	CU_FILE_DEVICE_NOT_FOUND = CUFILEOP_BASE_ERR + 29,
+	CU_FILE_INTERNAL_ERROR = CUFILEOP_BASE_ERR + 30,
+	CU_FILE_GETNEWFD_FAILED = CUFILEOP_BASE_ERR + 31,
+	CU_FILE_NVFS_SETUP_ERROR = CUFILEOP_BASE_ERR + 33,
+	CU_FILE_IO_DISABLED = CUFILEOP_BASE_ERR + 34,
+	CU_FILE_BATCH_SUBMIT_FAILED = CUFILEOP_BASE_ERR + 35,
+	CU_FILE_GPU_MEMORY_PINNING_FAILED = CUFILEOP_BASE_ERR + 36,
+	CU_FILE_BATCH_FULL = CUFILEOP_BASE_ERR + 37,
+	CU_FILE_ASYNC_NOT_SUPPORTED = CUFILEOP_BASE_ERR + 38,
+	CU_FILE_INTERNAL_BATCH_SETUP_ERROR = CUFILEOP_BASE_ERR + 39,
+	CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR = CUFILEOP_BASE_ERR + 40,
+	CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR = CUFILEOP_BASE_ERR + 41,
+	CU_FILE_INTERNAL_BATCH_CANCEL_ERROR = CUFILEOP_BASE_ERR + 42,
+	CU_FILE_NOMEM_ERROR = CUFILEOP_BASE_ERR + 43,
+	CU_FILE_IO_ERROR = CUFILEOP_BASE_ERR + 44,
+	CU_FILE_INTERNAL_BUF_REGISTER_ERROR = CUFILEOP_BASE_ERR + 45,
+	CU_FILE_HASH_OPR_ERROR = CUFILEOP_BASE_ERR + 46,
+	CU_FILE_INVALID_CONTEXT_ERROR = CUFILEOP_BASE_ERR + 47,
+	CU_FILE_NVFS_INTERNAL_DRIVER_ERROR = CUFILEOP_BASE_ERR + 48,
+	CU_FILE_BATCH_NOCOMPAT_ERROR = CUFILEOP_BASE_ERR + 49,
+	CU_FILE_IO_MAX_ERROR = CUFILEOP_BASE_ERR + 50,
+} CUfileOpError;
+
+typedef struct CUfileError {
+	CUfileOpError err;	/* cuFile's code */
+	CUresult cu_err;	/* CUDA driver's, for CU_FILE_CUDA_DRIVER_ERROR */
+} CUfileError_t;
+
+/* Whether a return value (of cuFileRead too) is a cuFile code. */
+#define IS_CUFILE_ERR(err) (abs((err)) > CUFILEOP_BASE_ERR)
+#define IS_CUDA_ERR(status) ((status).err == CU_FILE_CUDA_DRIVER_ERROR)
+#define CU_FILE_CUDA_ERR(status) ((status).cu_err)
+
+/* Bit numbers of CUfileDrvProps_t.nvfs.dstatusflags. */
+typedef enum CUfileDriverStatusFlags {
+	CU_FILE_LUSTRE_SUPPORTED = 0,
+	CU_FILE_WEKAFS_SUPPORTED = 1,
+	CU_FILE_NFS_SUPPORTED = 2,
+	CU_FILE_GPFS_SUPPORTED = 3,
+	CU_FILE_NVME_SUPPORTED = 4,	/* fgds: an fgds node serves a GPU */
+	CU_FILE_NVMEOF_SUPPORTED = 5,
+	CU_FILE_SCSI_SUPPORTED = 6,
+	CU_FILE_SCALEFLUX_CSD_SUPPORTED = 7,
+	CU_FILE_NVMESH_SUPPORTED = 8,
+	CU_FILE_BEEGFS_SUPPORTED = 9,
+	CU_FILE_NVME_P2P_SUPPORTED = 11,
+	CU_FILE_SCATEFS_SUPPORTED = 12,
+	CU_FILE_VIRTIOFS_SUPPORTED = 13,
+	CU_FILE_MAX_TARGET_TYPES,
+} CUfileDriverStatusFlags_t;
+
+/* Bit numbers of CUfileDrvProps_t.nvfs.dcontrolflags. */
+typedef enum CUfileDriverControlFlags {
+	CU_FILE_USE_POLL_MODE = 0,
+	CU_FILE_ALLOW_COMPAT_MODE = 1,	/* fgds: the bounce path is allowed (not strict) */
+	CU_FILE_POSIX_IO_MODE = 2,	/* fgds: no fgds node: GPU memory always bounces */
+	CU_FILE_FALLBACK_IO_MODE = 4,	/* fgds: some I/O of this process bounced */
+} CUfileDriverControlFlags_t;
+
+/* Bit numbers of CUfileDrvProps_t.fflags. */
+typedef enum CUfileFeatureFlags {
+	CU_FILE_DYN_ROUTING_SUPPORTED = 0,
+	CU_FILE_BATCH_IO_SUPPORTED = 1,
+	CU_FILE_STREAMS_SUPPORTED = 2,
+	CU_FILE_PARALLEL_IO_SUPPORTED = 3,
+	CU_FILE_P2P_SUPPORTED = 4,	/* fgds: an fgds node serves a GPU */
+} CUfileFeatureFlags_t;
+
+typedef enum CUfileOpcode {
+	CUFILE_READ = 0,
+	CUFILE_WRITE,
+} CUfileOpcode_t;
+
+typedef struct CUfileDrvProps {
+	struct {
+		unsigned int major_version;
+		unsigned int minor_version;
+		size_t poll_thresh_size;	/* KiB */
+		size_t max_direct_io_size;	/* KiB: fgds's chunk size */
+		unsigned int dstatusflags;
+		unsigned int dcontrolflags;
+	} nvfs;
+	unsigned int fflags;
+	unsigned int max_device_cache_size;	/* KiB */
+	unsigned int per_buffer_cache_size;	/* KiB */
+	unsigned int max_device_pinned_mem_size;	/* KiB */
+	unsigned int max_batch_io_size;
+	unsigned int max_batch_io_timeout_msecs;
+} CUfileDrvProps_t;
+
+enum CUfileFileHandleType {
+	CU_FILE_HANDLE_TYPE_OPAQUE_FD = 1,	/* a Linux file descriptor: the only one supported */
+	CU_FILE_HANDLE_TYPE_OPAQUE_WIN32 = 2,
+	CU_FILE_HANDLE_TYPE_USERSPACE_FS = 3,
+};
+
+typedef struct CUfileDescr_t {
+	enum CUfileFileHandleType type;
+	union {
+		int fd;
+		void *handle;
+	} handle;
+	const void *fs_ops;	/* user-space file systems: unsupported, ignored */
+} CUfileDescr_t;
+
+typedef void *CUfileHandle_t;
+
+CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
+void cuFileHandleDeregister(CUfileHandle_t fh);
+CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length, int flags);
+CUfileError_t cuFileBufDeregister(const void *bufPtr_base);
+ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size,
+		   off_t file_offset, off_t bufPtr_offset);
+ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size,
+		    off_t file_offset, off_t bufPtr_offset);
+
+CUfileError_t cuFileDriverOpen(void);
+/* Programs built with this header call cuFileDriverClose_v2, as with cuFile's. */
+CUfileError_t cuFileDriverClose_v2(void);
+#define cuFileDriverClose cuFileDriverClose_v2
+CUfileError_t cuFileDriverClose(void);
+long cuFileUseCount(void);
+CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props);
+CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size);
+CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size);
+CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size);
+CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size);
+
+typedef enum CUFILEStatus_enum {
+	CUFILE_WAITING = 0x000001,
+	CUFILE_PENDING = 0x000002,
+	CUFILE_INVALID = 0x000004,
+	CUFILE_CANCELED = 0x000008,
+	CUFILE_COMPLETE = 0x000010,
+	CUFILE_TIMEOUT = 0x000020,
+	CUFILE_FAILED = 0x000040,
+} CUfileStatus_t;
+
+typedef enum cufileBatchMode {
+	CUFILE_BATCH = 1,
+} CUfileBatchMode_t;
+
+typedef struct CUfileIOParams {
+	CUfileBatchMode_t mode;	/* CUFILE_BATCH */
+	union {
+		struct {
+			void *devPtr_base;	/* device or host memory */
+			off_t file_offset;
+			off_t devPtr_offset;
+			size_t size;
+		} batch;
+	} u;
+	CUfileHandle_t fh;
+	CUfileOpcode_t opcode;
+	void *cookie;
+} CUfileIOParams_t;
+
+typedef struct CUfileIOEvents {
+	void *cookie;
+	CUfileStatus_t status;
+	size_t ret;	/* bytes, or a negative error (as ssize_t) */
+} CUfileIOEvents_t;
+
+typedef void *CUfileBatchHandle_t;
+
+CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
+CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr,
+				  CUfileIOParams_t *iocbp, unsigned int flags);
+CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr,
+				     unsigned *nr, CUfileIOEvents_t *iocbp,
+				     struct timespec *timeout);
+CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp);
+void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
+
+/* cuFileStreamRegister flags (accepted; fgds needs no per-stream set-up). */
+#define CU_FILE_STREAM_FIXED_BUF_OFFSET		1
+#define CU_FILE_STREAM_FIXED_FILE_OFFSET	2
+#define CU_FILE_STREAM_FIXED_FILE_SIZE		4
+#define CU_FILE_STREAM_PAGE_ALIGNED_INPUTS	8
+
+CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+			      off_t *file_offset_p, off_t *bufPtr_offset_p,
+			      ssize_t *bytes_read_p, CUstream stream);
+CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *size_p,
+			       off_t *file_offset_p, off_t *bufPtr_offset_p,
+			       ssize_t *bytes_written_p, CUstream stream);
+CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags);
+CUfileError_t cuFileStreamDeregister(CUstream stream);
+
+/* 1000 * major + 10 * minor: 1170 here. */
+CUfileError_t cuFileGetVersion(int *version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FGDS_CUFILE_H */

@@ -1,0 +1,281 @@
+//! cuFile's C types and constants, as `include/cufile.h` declares them
+//! (cuFile 1.17's ABI: values and layouts from NVIDIA's documented API).
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_int, c_uint, c_void};
+
+/// `CUfileOpError`.
+pub type CUfileOpError = c_int;
+/// `CUresult` of the CUDA driver.
+pub type CUresult = c_int;
+
+/// The base of the cuFile error codes.
+pub const CUFILEOP_BASE_ERR: c_int = 5000;
+
+macro_rules! op_errors {
+    ($($name:ident = $off:expr, $text:expr;)*) => {
+        $(
+            #[doc = $text]
+            pub const $name: CUfileOpError = CUFILEOP_BASE_ERR + $off;
+        )*
+        /// cuFile's description of a code (positive or negative).
+        pub fn op_error_str(code: c_int) -> &'static str {
+            match code.saturating_abs() {
+                0 => "cufile success",
+                $(c if c == $name => $text,)*
+                _ => "unknown cufile error",
+            }
+        }
+    };
+}
+
+/// Success.
+pub const CU_FILE_SUCCESS: CUfileOpError = 0;
+
+op_errors! {
+    CU_FILE_DRIVER_NOT_INITIALIZED = 1, "driver not initialized (FGDS_STRICT=1 or allow_compat_mode false, and no fgds node serves a GPU)";
+    CU_FILE_DRIVER_INVALID_PROPS = 2, "invalid property";
+    CU_FILE_DRIVER_UNSUPPORTED_LIMIT = 3, "property range error";
+    CU_FILE_DRIVER_VERSION_MISMATCH = 4, "driver version mismatch";
+    CU_FILE_DRIVER_VERSION_READ_ERROR = 5, "driver version read error";
+    CU_FILE_DRIVER_CLOSING = 6, "driver shutdown in progress";
+    CU_FILE_PLATFORM_NOT_SUPPORTED = 7, "GPUDirect Storage not supported on current platform";
+    CU_FILE_IO_NOT_SUPPORTED = 8, "GPUDirect Storage not supported on current file";
+    CU_FILE_DEVICE_NOT_SUPPORTED = 9, "GPUDirect Storage not supported on current GPU";
+    CU_FILE_NVFS_DRIVER_ERROR = 10, "driver ioctl error";
+    CU_FILE_CUDA_DRIVER_ERROR = 11, "CUDA Driver API error";
+    CU_FILE_CUDA_POINTER_INVALID = 12, "invalid device pointer";
+    CU_FILE_CUDA_MEMORY_TYPE_INVALID = 13, "invalid pointer memory type";
+    CU_FILE_CUDA_POINTER_RANGE_ERROR = 14, "pointer range exceeds allocated address range";
+    CU_FILE_CUDA_CONTEXT_MISMATCH = 15, "cuda context mismatch";
+    CU_FILE_INVALID_MAPPING_SIZE = 16, "access beyond maximum pinned size";
+    CU_FILE_INVALID_MAPPING_RANGE = 17, "access beyond mapped size";
+    CU_FILE_INVALID_FILE_TYPE = 18, "unsupported file type";
+    CU_FILE_INVALID_FILE_OPEN_FLAG = 19, "unsupported file open flags";
+    CU_FILE_DIO_NOT_SET = 20, "fd direct IO not set";
+    CU_FILE_INVALID_VALUE = 22, "invalid arguments";
+    CU_FILE_MEMORY_ALREADY_REGISTERED = 23, "device pointer already registered";
+    CU_FILE_MEMORY_NOT_REGISTERED = 24, "device pointer lookup failure";
+    CU_FILE_PERMISSION_DENIED = 25, "driver or file access error";
+    CU_FILE_DRIVER_ALREADY_OPEN = 26, "driver is already open";
+    CU_FILE_HANDLE_NOT_REGISTERED = 27, "file descriptor is not registered";
+    CU_FILE_HANDLE_ALREADY_REGISTERED = 28, "file descriptor is already registered";
+    CU_FILE_DEVICE_NOT_FOUND = 29, "GPU device not found";
+    CU_FILE_INTERNAL_ERROR = 30, "internal error";
+    CU_FILE_GETNEWFD_FAILED = 31, "failed to obtain new file descriptor";
+    CU_FILE_NVFS_SETUP_ERROR = 33, "driver initialization error";
+    CU_FILE_IO_DISABLED = 34, "GPUDirect Storage disabled by config on current file";
+    CU_FILE_BATCH_SUBMIT_FAILED = 35, "failed to submit batch operation";
+    CU_FILE_GPU_MEMORY_PINNING_FAILED = 36, "failed to allocate pinned GPU Memory";
+    CU_FILE_BATCH_FULL = 37, "queue full for batch operation";
+    CU_FILE_ASYNC_NOT_SUPPORTED = 38, "cuFile stream operation not supported";
+    CU_FILE_INTERNAL_BATCH_SETUP_ERROR = 39, "batch setup internal error - retry later";
+    CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR = 40, "batch submit internal error - retry later";
+    CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR = 41, "batch get status internal error - retry later";
+    CU_FILE_INTERNAL_BATCH_CANCEL_ERROR = 42, "batch cancel internal error - retry later";
+    CU_FILE_NOMEM_ERROR = 43, "cufile no memory error - retry later";
+    CU_FILE_IO_ERROR = 44, "cufile io error";
+    CU_FILE_INTERNAL_BUF_REGISTER_ERROR = 45, "cufile buf registration error";
+    CU_FILE_HASH_OPR_ERROR = 46, "cufile hash operation error";
+    CU_FILE_INVALID_CONTEXT_ERROR = 47, "cufile invalid context error";
+    CU_FILE_NVFS_INTERNAL_DRIVER_ERROR = 48, "internal driver error";
+    CU_FILE_BATCH_NOCOMPAT_ERROR = 49, "compat mode off error";
+    CU_FILE_IO_MAX_ERROR = 50, "GPUDirect Storage Max Error";
+}
+
+/// `CUfileError_t`: returned by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CUfileError_t {
+    /// cuFile's code.
+    pub err: CUfileOpError,
+    /// The CUDA driver's, when `err` is `CU_FILE_CUDA_DRIVER_ERROR`.
+    pub cu_err: CUresult,
+}
+
+impl CUfileError_t {
+    /// Success.
+    pub const OK: CUfileError_t = CUfileError_t { err: 0, cu_err: 0 };
+
+    /// A cuFile error.
+    pub const fn op(err: CUfileOpError) -> CUfileError_t {
+        CUfileError_t { err, cu_err: 0 }
+    }
+}
+
+/// `CUfileDriverStatusFlags_t`: bit numbers of `nvfs.dstatusflags`.
+pub const CU_FILE_NVME_SUPPORTED: c_uint = 4;
+/// `CUfileDriverControlFlags_t`: bit numbers of `nvfs.dcontrolflags`.
+pub const CU_FILE_USE_POLL_MODE: c_uint = 0;
+/// Compatibility (bounce) mode allowed.
+pub const CU_FILE_ALLOW_COMPAT_MODE: c_uint = 1;
+/// Every I/O is POSIX (here: no fgds node, so GPU memory always bounces).
+pub const CU_FILE_POSIX_IO_MODE: c_uint = 2;
+/// I/O fell back (here: set once any I/O of the process bounced).
+pub const CU_FILE_FALLBACK_IO_MODE: c_uint = 4;
+/// `CUfileFeatureFlags_t`: bit numbers of `fflags`.
+pub const CU_FILE_DYN_ROUTING_SUPPORTED: c_uint = 0;
+/// Batch API.
+pub const CU_FILE_BATCH_IO_SUPPORTED: c_uint = 1;
+/// Stream API.
+pub const CU_FILE_STREAMS_SUPPORTED: c_uint = 2;
+/// Parallel I/O.
+pub const CU_FILE_PARALLEL_IO_SUPPORTED: c_uint = 3;
+/// PCI P2PDMA (here: an fgds node serves a GPU).
+pub const CU_FILE_P2P_SUPPORTED: c_uint = 4;
+
+/// `CUfileOpcode_t`.
+pub const CUFILE_READ: c_int = 0;
+/// Write.
+pub const CUFILE_WRITE: c_int = 1;
+
+/// The `nvfs` part of [`CUfileDrvProps_t`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUfileDrvPropsNvfs {
+    /// Major version of the driver (fgds's UAPI).
+    pub major_version: c_uint,
+    /// Minor version.
+    pub minor_version: c_uint,
+    /// Poll threshold (unused here).
+    pub poll_thresh_size: usize,
+    /// Largest request sent to the device (the chunk size).
+    pub max_direct_io_size: usize,
+    /// `CU_FILE_*_SUPPORTED` bits.
+    pub dstatusflags: c_uint,
+    /// `CU_FILE_*_MODE` bits.
+    pub dcontrolflags: c_uint,
+}
+
+/// `CUfileDrvProps_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUfileDrvProps_t {
+    /// Driver part.
+    pub nvfs: CUfileDrvPropsNvfs,
+    /// Feature bits.
+    pub fflags: c_uint,
+    /// KiB.
+    pub max_device_cache_size: c_uint,
+    /// KiB.
+    pub per_buffer_cache_size: c_uint,
+    /// KiB.
+    pub max_device_pinned_mem_size: c_uint,
+    /// Most requests of a batch.
+    pub max_batch_io_size: c_uint,
+    /// Batch timeout.
+    pub max_batch_io_timeout_msecs: c_uint,
+}
+
+/// `CU_FILE_HANDLE_TYPE_OPAQUE_FD`.
+pub const CU_FILE_HANDLE_TYPE_OPAQUE_FD: c_int = 1;
+/// `CU_FILE_HANDLE_TYPE_OPAQUE_WIN32`.
+pub const CU_FILE_HANDLE_TYPE_OPAQUE_WIN32: c_int = 2;
+/// `CU_FILE_HANDLE_TYPE_USERSPACE_FS`.
+pub const CU_FILE_HANDLE_TYPE_USERSPACE_FS: c_int = 3;
+
+/// The handle union of [`CUfileDescr_t`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union CUfileDescrHandle {
+    /// Linux.
+    pub fd: c_int,
+    /// Windows.
+    pub handle: *mut c_void,
+}
+
+/// `CUfileDescr_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUfileDescr_t {
+    /// `CU_FILE_HANDLE_TYPE_*`.
+    pub type_: c_int,
+    /// The descriptor.
+    pub handle: CUfileDescrHandle,
+    /// File system operations (user-space file systems; unsupported).
+    pub fs_ops: *const c_void,
+}
+
+/// `CUfileStatus_t`.
+pub const CUFILE_WAITING: c_int = 0x01;
+/// Enqueued.
+pub const CUFILE_PENDING: c_int = 0x02;
+/// Ill-formed.
+pub const CUFILE_INVALID: c_int = 0x04;
+/// Canceled.
+pub const CUFILE_CANCELED: c_int = 0x08;
+/// Done.
+pub const CUFILE_COMPLETE: c_int = 0x10;
+/// Timed out.
+pub const CUFILE_TIMEOUT: c_int = 0x20;
+/// Failed.
+pub const CUFILE_FAILED: c_int = 0x40;
+
+/// `CUFILE_BATCH`.
+pub const CUFILE_BATCH: c_int = 1;
+
+/// `u.batch` of [`CUfileIOParams_t`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUfileIOParamsBatch {
+    /// Device or host memory.
+    pub dev_ptr_base: *mut c_void,
+    /// Offset in the file.
+    pub file_offset: libc::off_t,
+    /// Offset from `dev_ptr_base`.
+    pub dev_ptr_offset: libc::off_t,
+    /// Bytes.
+    pub size: usize,
+}
+
+/// `CUfileIOParams_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUfileIOParams_t {
+    /// `CUFILE_BATCH`.
+    pub mode: c_int,
+    /// The request.
+    pub batch: CUfileIOParamsBatch,
+    /// The file.
+    pub fh: *mut c_void,
+    /// `CUFILE_READ` or `CUFILE_WRITE`.
+    pub opcode: c_int,
+    /// Returned in the event.
+    pub cookie: *mut c_void,
+}
+
+/// `CUfileIOEvents_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUfileIOEvents_t {
+    /// The request's cookie.
+    pub cookie: *mut c_void,
+    /// `CUFILE_*` status.
+    pub status: c_int,
+    /// Bytes, or a negative error.
+    pub ret: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    // The layouts of cuFile's x86_64 ABI.
+    #[test]
+    fn layouts() {
+        assert_eq!(size_of::<CUfileError_t>(), 8);
+        assert_eq!(size_of::<CUfileDrvProps_t>(), 56);
+        assert_eq!(offset_of!(CUfileDrvProps_t, fflags), 32);
+        assert_eq!(size_of::<CUfileDescr_t>(), 24);
+        assert_eq!(offset_of!(CUfileDescr_t, handle), 8);
+        assert_eq!(size_of::<CUfileIOParams_t>(), 64);
+        assert_eq!(offset_of!(CUfileIOParams_t, fh), 40);
+        assert_eq!(offset_of!(CUfileIOParams_t, cookie), 56);
+        assert_eq!(size_of::<CUfileIOEvents_t>(), 24);
+        assert_eq!(
+            op_error_str(-CU_FILE_HANDLE_NOT_REGISTERED),
+            "file descriptor is not registered"
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! Settings: `cufile.json` (the keys that change what fgds does) and the
+//! `FGDS_*` environment variables, which win.
+
+use std::path::{Path, PathBuf};
+
+/// How much the library says on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Nothing.
+    Off,
+    /// The path chosen at start and the first fallback of each handle.
+    Info,
+    /// Also every failed call.
+    Debug,
+}
+
+/// What the library runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Configuration of every handle.
+    pub fgds: fgds::Config,
+    /// Most requests of one batch (`properties.io_batchsize`).
+    pub max_batch: usize,
+    /// Log level.
+    pub log: LogLevel,
+    /// The `cufile.json` read, if any.
+    pub json: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            fgds: fgds::Config::default(),
+            max_batch: DEFAULT_MAX_BATCH,
+            log: LogLevel::Info,
+            json: None,
+        }
+    }
+}
+
+/// cuFile's default `properties.io_batchsize`.
+pub const DEFAULT_MAX_BATCH: usize = 128;
+/// Where cuFile looks when `CUFILE_ENV_PATH_JSON` is not set.
+pub const DEFAULT_JSON: &str = "/etc/cufile.json";
+
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not JSON (after comments are removed).
+    #[error("{path}: not valid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A key or variable with a value out of range or of the wrong type.
+    #[error("{what}: {why}")]
+    Value {
+        /// `file: key` or the variable.
+        what: String,
+        /// What it must be.
+        why: String,
+    },
+}
+
+/// Removes `//` and `/* */` comments outside strings (cuFile's own
+/// `cufile.json` has them).
+pub fn strip_comments(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = it.next() {
+        if in_str {
+            out.push(c);
+            if c == '\\' {
+                if let Some(n) = it.next() {
+                    out.push(n);
+                }
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match (c, it.peek()) {
+            ('"', _) => {
+                in_str = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in it.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                it.next();
+                let mut prev = ' ';
+                for n in it.by_ref() {
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+                out.push(' ');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn key<'a>(v: &'a serde_json::Value, path: &[&str]) -> Option<&'a serde_json::Value> {
+    path.iter().try_fold(v, |v, k| v.get(k))
+}
+
+fn json_uint(
+    v: &serde_json::Value,
+    file: &Path,
+    path: &[&str],
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(x) = key(v, path) else {
+        return Ok(None);
+    };
+    match x.as_u64() {
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(ConfigError::Value {
+            what: format!("{}: {}", file.display(), path.join(".")),
+            why: format!("must be an integer in {min}..={max}, is {x}"),
+        }),
+    }
+}
+
+fn json_bool(
+    v: &serde_json::Value,
+    file: &Path,
+    path: &[&str],
+) -> Result<Option<bool>, ConfigError> {
+    let Some(x) = key(v, path) else {
+        return Ok(None);
+    };
+    x.as_bool().map(Some).ok_or_else(|| ConfigError::Value {
+        what: format!("{}: {}", file.display(), path.join(".")),
+        why: format!("must be true or false, is {x}"),
+    })
+}
+
+/// Applies the keys of a `cufile.json` (text) that change behaviour:
+/// `properties.max_direct_io_size_kb` (chunk size), `properties.io_batchsize`
+/// (most requests per batch), `properties.allow_compat_mode` (false: strict),
+/// `properties.force_compat_mode` (true: never O_DIRECT, everything
+/// bounces), `execution.max_io_queue_depth` (requests in flight per call).
+/// Every other key is ignored.
+pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), ConfigError> {
+    let v: serde_json::Value =
+        serde_json::from_str(&strip_comments(text)).map_err(|source| ConfigError::Json {
+            path: file.to_path_buf(),
+            source,
+        })?;
+    if let Some(kb) = json_uint(
+        &v,
+        file,
+        &["properties", "max_direct_io_size_kb"],
+        4,
+        (fgds::engine::MAX_RW_COUNT / 1024) as u64,
+    )? {
+        // cuFile takes any size in KiB; O_DIRECT chunks are whole 4 KiB pages.
+        s.fgds.chunk_size = ((kb as usize * 1024) / 4096).max(1) * 4096;
+    }
+    if let Some(n) = json_uint(&v, file, &["properties", "io_batchsize"], 1, 4096)? {
+        s.max_batch = n as usize;
+    }
+    if let Some(b) = json_bool(&v, file, &["properties", "allow_compat_mode"])? {
+        s.fgds.strict = !b;
+    }
+    if let Some(b) = json_bool(&v, file, &["properties", "force_compat_mode"])? {
+        s.fgds.disable_direct = b;
+    }
+    if let Some(n) = json_uint(&v, file, &["execution", "max_io_queue_depth"], 1, 4096)? {
+        s.fgds.queue_depth = n as u32;
+    }
+    s.json = Some(file.to_path_buf());
+    Ok(())
+}
+
+fn env_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
+    match v {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(ConfigError::Value {
+            what: name.into(),
+            why: format!("must be 0 or 1, is {v:?}"),
+        }),
+    }
+}
+
+/// `4096`, `64K`, `4M`, `1G` (powers of 1024).
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&v[..i], 1 << 20),
+        (i, 'g' | 'G') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// Applies the `FGDS_*` variables (`get` reads one): `FGDS_STRICT`,
+/// `FGDS_NO_DIRECT`, `FGDS_NO_IO_URING` (0/1), `FGDS_CHUNK_SIZE` (bytes,
+/// K/M/G suffixes), `FGDS_QUEUE_DEPTH`, `FGDS_LOG` (off, info, debug).
+pub fn apply_env(
+    s: &mut Settings,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    if let Some(v) = get("FGDS_STRICT") {
+        s.fgds.strict = env_bool("FGDS_STRICT", &v)?;
+    }
+    if let Some(v) = get("FGDS_NO_DIRECT") {
+        s.fgds.disable_direct = env_bool("FGDS_NO_DIRECT", &v)?;
+    }
+    if let Some(v) = get("FGDS_NO_IO_URING") {
+        s.fgds.use_io_uring = !env_bool("FGDS_NO_IO_URING", &v)?;
+    }
+    if let Some(v) = get("FGDS_CHUNK_SIZE") {
+        s.fgds.chunk_size = parse_size(&v)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| ConfigError::Value {
+                what: "FGDS_CHUNK_SIZE".into(),
+                why: format!("must be a size in bytes (4096, 64K, 4M), is {v:?}"),
+            })?;
+    }
+    if let Some(v) = get("FGDS_QUEUE_DEPTH") {
+        s.fgds.queue_depth = v.trim().parse().map_err(|_| ConfigError::Value {
+            what: "FGDS_QUEUE_DEPTH".into(),
+            why: format!("must be an integer in 1..=4096, is {v:?}"),
+        })?;
+    }
+    if let Some(v) = get("FGDS_LOG") {
+        s.log = match v.as_str() {
+            "0" | "off" | "none" => LogLevel::Off,
+            "1" | "info" => LogLevel::Info,
+            "2" | "debug" => LogLevel::Debug,
+            _ => {
+                return Err(ConfigError::Value {
+                    what: "FGDS_LOG".into(),
+                    why: format!("must be off, info or debug, is {v:?}"),
+                })
+            }
+        };
+    }
+    s.fgds.validate().map_err(|e| ConfigError::Value {
+        what: "configuration".into(),
+        why: e.to_string(),
+    })
+}
+
+/// The settings of this process: `$CUFILE_ENV_PATH_JSON` (else
+/// `/etc/cufile.json`, if it exists), then the environment.
+pub fn load() -> Result<Settings, ConfigError> {
+    let mut s = Settings::default();
+    let (path, must) = match std::env::var_os("CUFILE_ENV_PATH_JSON") {
+        Some(p) => (PathBuf::from(p), true),
+        None => (PathBuf::from(DEFAULT_JSON), false),
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => apply_json(&mut s, &path, &text)?,
+        Err(e) if !must && e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(ConfigError::Read { path, source }),
+    }
+    apply_env(&mut s, |k| std::env::var(k).ok())?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"{
+        // cuFile's own file has comments like these
+        "logging": { "dir": "/var/log", "level": "ERROR" },
+        "properties": {
+            /* ignored: */ "use_poll_mode": false,
+            "max_direct_io_size_kb": 4098,
+            "io_batchsize": 8,
+            "allow_compat_mode": false,
+            "force_compat_mode": true,
+            "url": "http://x//y"
+        },
+        "execution": { "max_io_queue_depth": 64, "max_io_threads": 4 }
+    }"#;
+
+    #[test]
+    fn json_keys_that_change_behaviour_apply() {
+        let mut s = Settings::default();
+        apply_json(&mut s, Path::new("c.json"), SAMPLE).unwrap();
+        assert_eq!(s.fgds.chunk_size, 4096 * 1024); // 4098 KiB rounded down to pages
+        assert_eq!(s.max_batch, 8);
+        assert!(s.fgds.strict && s.fgds.disable_direct);
+        assert_eq!(s.fgds.queue_depth, 64);
+    }
+
+    #[test]
+    fn bad_json_and_values_are_named() {
+        let mut s = Settings::default();
+        let e = apply_json(&mut s, Path::new("c.json"), "{ \"properties\": ").unwrap_err();
+        assert!(e.to_string().starts_with("c.json: not valid JSON"), "{e}");
+        let e = apply_json(
+            &mut s,
+            Path::new("c.json"),
+            r#"{"properties": {"io_batchsize": 0}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("properties.io_batchsize: must be"),
+            "{e}"
+        );
+        let e = apply_json(
+            &mut s,
+            Path::new("c.json"),
+            r#"{"properties": {"allow_compat_mode": "no"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("must be true or false"), "{e}");
+    }
+
+    #[test]
+    fn env_wins_and_is_checked() {
+        let mut s = Settings::default();
+        let env = |k: &str| match k {
+            "FGDS_STRICT" => Some("1".to_string()),
+            "FGDS_CHUNK_SIZE" => Some("4M".to_string()),
+            "FGDS_LOG" => Some("off".to_string()),
+            _ => None,
+        };
+        apply_env(&mut s, env).unwrap();
+        assert!(s.fgds.strict);
+        assert_eq!(s.fgds.chunk_size, 4 << 20);
+        assert_eq!(s.log, LogLevel::Off);
+        let e = apply_env(&mut s, |k| {
+            (k == "FGDS_CHUNK_SIZE").then(|| "1000".to_string())
+        });
+        assert!(e.unwrap_err().to_string().contains("chunk_size 1000"));
+        let e = apply_env(&mut s, |k| {
+            (k == "FGDS_STRICT").then(|| "maybe".to_string())
+        });
+        assert!(e.unwrap_err().to_string().contains("FGDS_STRICT"));
+    }
+
+    #[test]
+    fn comments_inside_strings_stay() {
+        assert_eq!(
+            strip_comments(r#"{"a": "x//y/*z*/"} // c"#).trim(),
+            r#"{"a": "x//y/*z*/"}"#
+        );
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("x"), None);
+    }
+}

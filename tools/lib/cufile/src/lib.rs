@@ -1,0 +1,1011 @@
+//! `libcufile.so.0` on fgds: NVIDIA cuFile's C ABI (`include/cufile.h`),
+//! so that programs written for cuFile (directly, through
+//! `torch.cuda.gds`, KvikIO, ...) run unmodified on fgds: peer to peer
+//! where an fgds node serves the GPU, through the visible bounce path
+//! elsewhere (or an error, in strict mode). See `README.md` beside this file.
+
+pub mod abi;
+pub mod config;
+
+use abi::*;
+use config::{LogLevel, Settings};
+use fgds::{Batch, Buffer, BufferKind, Error, Event, FileHandle, IoParams, IoTarget, Op, Status};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::{c_int, c_long, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+/// The cuFile version this library implements (`1000 * major + 10 * minor`).
+pub const CUFILE_VERSION: c_int = 1170;
+
+/// What the library found at start.
+struct Driver {
+    settings: Settings,
+    /// `None`: an fgds node serves a GPU (P2P can run); else why not.
+    no_p2p: Option<String>,
+    /// Bytes of a chunk, changeable by `cuFileDriverSetMaxDirectIOSize`.
+    chunk: AtomicUsize,
+    max_cache_kb: AtomicUsize,
+    max_pinned_kb: AtomicUsize,
+}
+
+static DRIVER: OnceLock<Result<Driver, (CUfileOpError, String)>> = OnceLock::new();
+static USE_COUNT: AtomicI64 = AtomicI64::new(0);
+static FELL_BACK: AtomicBool = AtomicBool::new(false);
+
+fn log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
+    let on = match DRIVER.get() {
+        Some(Ok(d)) => d.settings.log >= level,
+        _ => level <= LogLevel::Info,
+    };
+    if on {
+        eprintln!("libcufile (fgds): {msg}");
+    }
+}
+
+fn init() -> Result<Driver, (CUfileOpError, String)> {
+    let settings = config::load().map_err(|e| (CU_FILE_DRIVER_INVALID_PROPS, e.to_string()))?;
+    let quiet = settings.log == LogLevel::Off;
+    let no_p2p = match fgds::list_devices() {
+        Ok(d) if !d.is_empty() => None,
+        Ok(_) => Some("no fgds node (module not loaded or no GPU bound)".to_string()),
+        Err(e) => Some(format!("no fgds node: {e}")),
+    };
+    let json = settings
+        .json
+        .as_ref()
+        .map(|p| format!(", settings from {}", p.display()))
+        .unwrap_or_default();
+    if let (true, Some(why)) = (settings.fgds.strict, &no_p2p) {
+        let msg = format!(
+            "strict (FGDS_STRICT=1 or allow_compat_mode false) and {why}: every call fails{json}"
+        );
+        if !quiet {
+            eprintln!("libcufile (fgds): {msg}");
+        }
+        return Err((CU_FILE_DRIVER_NOT_INITIALIZED, msg));
+    }
+    if !quiet {
+        match &no_p2p {
+            None => eprintln!(
+                "libcufile (fgds): P2P through /dev/fgds* for the GPUs they serve, bounce path for others{}{json}",
+                if settings.fgds.strict { " (strict: a bounce is an error)" } else { "" }
+            ),
+            Some(why) => eprintln!(
+                "libcufile (fgds): bounce path (compat mode) for GPU memory: {why}; FGDS_STRICT=1 makes it an error{json}"
+            ),
+        }
+    }
+    Ok(Driver {
+        chunk: AtomicUsize::new(settings.fgds.chunk_size),
+        max_cache_kb: AtomicUsize::new(128 << 10),
+        max_pinned_kb: AtomicUsize::new(32 << 20),
+        settings,
+        no_p2p,
+    })
+}
+
+fn driver() -> Result<&'static Driver, CUfileError_t> {
+    match DRIVER.get_or_init(init) {
+        Ok(d) => Ok(d),
+        Err((code, _)) => Err(CUfileError_t::op(*code)),
+    }
+}
+
+/// A registered file.
+struct Handle {
+    file: Arc<FileHandle>,
+    fd: c_int,
+    warned: AtomicBool,
+}
+
+/// A batch and the events reaped but not yet handed out.
+struct BatchState {
+    batch: Mutex<Batch>,
+    ready: Mutex<VecDeque<Event>>,
+}
+
+#[derive(Default)]
+struct Registry {
+    handles: RwLock<HashMap<usize, Arc<Handle>>>,
+    bufs: RwLock<BTreeMap<usize, Arc<Buffer>>>,
+    batches: Mutex<HashMap<usize, Arc<BatchState>>>,
+    streams: Mutex<HashMap<usize, c_uint>>,
+    next: AtomicUsize,
+}
+
+fn reg() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry {
+        next: AtomicUsize::new(1),
+        ..Default::default()
+    })
+}
+
+/// Handles and batch ids are small integers handed out as pointers, so that
+/// a bad one is an error rather than a wild dereference.
+fn new_id() -> usize {
+    reg().next.fetch_add(1, Ordering::Relaxed)
+}
+
+fn handle(fh: *mut c_void) -> Result<Arc<Handle>, CUfileOpError> {
+    reg()
+        .handles
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(fh as usize))
+        .cloned()
+        .ok_or(CU_FILE_HANDLE_NOT_REGISTERED)
+}
+
+/// The cuFile code for an fgds error (`-1` with errno for system call errors,
+/// as cuFileRead returns them).
+fn op_code(e: &Error) -> CUfileOpError {
+    match e {
+        Error::Io { .. } => -1,
+        Error::Segment { source, .. } => op_code(source),
+        Error::InvalidArgument(_) | Error::Misaligned { .. } | Error::TooManySegments { .. } => {
+            CU_FILE_INVALID_VALUE
+        }
+        Error::OutOfBounds { .. } => CU_FILE_INVALID_MAPPING_RANGE,
+        Error::NotRegistered { .. } => CU_FILE_MEMORY_NOT_REGISTERED,
+        Error::AlreadyRegistered { .. } => CU_FILE_MEMORY_ALREADY_REGISTERED,
+        Error::NoDevice(_) => CU_FILE_DEVICE_NOT_FOUND,
+        Error::ApiVersion { .. } => CU_FILE_DRIVER_VERSION_MISMATCH,
+        Error::P2pUnavailable { .. } => CU_FILE_IO_NOT_SUPPORTED,
+        Error::BatchFull { .. } => CU_FILE_BATCH_FULL,
+        Error::RuntimeUnavailable { .. } | Error::Runtime { .. } => CU_FILE_CUDA_DRIVER_ERROR,
+        Error::BadHandle(_) => CU_FILE_HANDLE_NOT_REGISTERED,
+        _ => CU_FILE_IO_ERROR,
+    }
+}
+
+fn status_of(call: &str, e: &Error) -> CUfileError_t {
+    log(LogLevel::Debug, format_args!("{call}: {e}"));
+    match (op_code(e), e) {
+        (-1, _) => CUfileError_t::op(CU_FILE_INTERNAL_ERROR),
+        (c, Error::Runtime { code, .. }) => CUfileError_t {
+            err: c,
+            cu_err: *code,
+        },
+        (c, _) => CUfileError_t::op(c),
+    }
+}
+
+/// cuFileRead's return for an error: `-1` with `errno` set, or `-code`.
+fn io_ret(call: &str, e: &Error) -> isize {
+    log(LogLevel::Debug, format_args!("{call}: {e}"));
+    match op_code(e) {
+        -1 => {
+            // SAFETY: errno is thread-local.
+            unsafe { *libc::__errno_location() = e.errno() };
+            -1
+        }
+        c => -(c as isize),
+    }
+}
+
+fn is_device_memory(addr: u64) -> bool {
+    fgds::gpu::Runtime::cuda().is_ok_and(|rt| rt.describe(addr).is_ok())
+}
+
+/// A buffer for `[addr, addr + len)`: CUDA memory if the CUDA driver knows the
+/// address, host memory otherwise.
+fn make_buffer(addr: usize, len: usize) -> fgds::Result<Buffer> {
+    if is_device_memory(addr as u64) {
+        Buffer::from_cuda(addr as u64, len as u64)
+    } else {
+        // SAFETY: cuFile's contract: the caller's memory stays valid while it
+        // is registered or while the call using it runs.
+        unsafe { Buffer::from_host_ptr(addr as *mut u8, len) }
+    }
+}
+
+/// The registered buffer containing `addr` and `addr`'s offset in it.
+fn registered(addr: usize) -> Option<(Arc<Buffer>, usize)> {
+    let g = reg().bufs.read().unwrap_or_else(|p| p.into_inner());
+    let (base, b) = g.range(..=addr).next_back()?;
+    let off = addr - base;
+    (off < b.len()).then(|| (b.clone(), off))
+}
+
+fn offset(v: libc::off_t, what: &str) -> fgds::Result<usize> {
+    usize::try_from(v).map_err(|_| Error::InvalidArgument(format!("negative {what} {v}")))
+}
+
+/// The buffer and offset for `size` bytes at `base + buf_off`: within a
+/// registered buffer, else a buffer of that range for this request only
+/// (cuFile accepts unregistered memory).
+fn target(
+    base: *const c_void,
+    buf_off: libc::off_t,
+    size: usize,
+) -> fgds::Result<(Arc<Buffer>, usize)> {
+    let bo = offset(buf_off, "buffer offset")?;
+    if base.is_null() {
+        return Err(Error::InvalidArgument("buffer is NULL".into()));
+    }
+    if let Some((b, off)) = registered(base as usize) {
+        return Ok((b, off + bo));
+    }
+    let start = (base as usize)
+        .checked_add(bo)
+        .ok_or_else(|| Error::InvalidArgument("buffer offset overflows".into()))?;
+    Ok((Arc::new(make_buffer(start, size)?), 0))
+}
+
+/// Says once per handle that its I/O bounced, and why.
+fn note_path(h: &Handle) {
+    let st = h.file.stats();
+    if st.fallbacks == 0 && st.bounce_bytes == 0 {
+        return;
+    }
+    FELL_BACK.store(true, Ordering::Relaxed);
+    if !h.warned.swap(true, Ordering::Relaxed) {
+        let why = st
+            .last_fallback_reason
+            .unwrap_or_else(|| "unaligned head or tail of a request".into());
+        log(
+            LogLevel::Info,
+            format_args!(
+                "fd {}: bounce path ({} bytes so far): {why}",
+                h.fd, st.bounce_bytes
+            ),
+        );
+    }
+}
+
+fn sync_io(
+    fh: *mut c_void,
+    op: Op,
+    base: *const c_void,
+    size: usize,
+    file_offset: libc::off_t,
+    buf_off: libc::off_t,
+) -> isize {
+    let call = if op == Op::Read {
+        "cuFileRead"
+    } else {
+        "cuFileWrite"
+    };
+    if let Err(e) = driver() {
+        return -(e.err as isize);
+    }
+    let h = match handle(fh) {
+        Ok(h) => h,
+        Err(c) => return -(c as isize),
+    };
+    if size == 0 {
+        return 0;
+    }
+    let r = offset(file_offset, "file offset").and_then(|fo| {
+        let (b, off) = target(base, buf_off, size)?;
+        match op {
+            Op::Read => h.file.read(&b, off, size, fo as u64),
+            Op::Write => h.file.write(&b, off, size, fo as u64),
+        }
+    });
+    note_path(&h);
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => io_ret(call, &e),
+    }
+}
+
+/// `cuFileDriverOpen`: reads the settings and looks for fgds nodes (also
+/// done by the first call of any other function).
+#[no_mangle]
+pub extern "C" fn cuFileDriverOpen() -> CUfileError_t {
+    match driver() {
+        Ok(_) => {
+            USE_COUNT.fetch_add(1, Ordering::Relaxed);
+            CUfileError_t::OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// `cuFileDriverClose` (older programs).
+#[no_mangle]
+pub extern "C" fn cuFileDriverClose() -> CUfileError_t {
+    cuFileDriverClose_v2()
+}
+
+/// `cuFileDriverClose_v2`: drops one use; handles and buffers stay valid.
+#[no_mangle]
+pub extern "C" fn cuFileDriverClose_v2() -> CUfileError_t {
+    let r = USE_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n > 0).then(|| n - 1)
+    });
+    match r {
+        Ok(_) => CUfileError_t::OK,
+        Err(_) => CUfileError_t::op(CU_FILE_DRIVER_NOT_INITIALIZED),
+    }
+}
+
+/// `cuFileUseCount`.
+#[no_mangle]
+pub extern "C" fn cuFileUseCount() -> c_long {
+    USE_COUNT.load(Ordering::Relaxed) as c_long
+}
+
+/// `cuFileDriverGetProperties`: which path runs. `fflags` has
+/// `CU_FILE_P2P_SUPPORTED` when an fgds node serves a GPU; `dcontrolflags`
+/// has `CU_FILE_ALLOW_COMPAT_MODE` unless strict, `CU_FILE_POSIX_IO_MODE`
+/// when no fgds node exists (GPU memory always bounces) and
+/// `CU_FILE_FALLBACK_IO_MODE` once any I/O of this process bounced.
+///
+/// # Safety
+/// `props` is NULL or points to a `CUfileDrvProps_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileDriverGetProperties(props: *mut CUfileDrvProps_t) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    if props.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let bit = |b: c_uint| 1u32 << b;
+    let mut ctl = 0;
+    if !d.settings.fgds.strict {
+        ctl |= bit(CU_FILE_ALLOW_COMPAT_MODE);
+    }
+    if d.no_p2p.is_some() {
+        ctl |= bit(CU_FILE_POSIX_IO_MODE);
+    }
+    if FELL_BACK.load(Ordering::Relaxed) {
+        ctl |= bit(CU_FILE_FALLBACK_IO_MODE);
+    }
+    let mut ff = bit(CU_FILE_BATCH_IO_SUPPORTED)
+        | bit(CU_FILE_STREAMS_SUPPORTED)
+        | bit(CU_FILE_PARALLEL_IO_SUPPORTED);
+    let mut st = 0;
+    if d.no_p2p.is_none() {
+        ff |= bit(CU_FILE_P2P_SUPPORTED);
+        st |= bit(CU_FILE_NVME_SUPPORTED);
+    }
+    let p = CUfileDrvProps_t {
+        nvfs: CUfileDrvPropsNvfs {
+            major_version: fgds::sys::FGDS_API_VERSION,
+            minor_version: 0,
+            poll_thresh_size: 4,
+            max_direct_io_size: d.chunk.load(Ordering::Relaxed) >> 10,
+            dstatusflags: st,
+            dcontrolflags: ctl,
+        },
+        fflags: ff,
+        max_device_cache_size: d.max_cache_kb.load(Ordering::Relaxed) as c_uint,
+        per_buffer_cache_size: 1024,
+        max_device_pinned_mem_size: d.max_pinned_kb.load(Ordering::Relaxed) as c_uint,
+        max_batch_io_size: d.settings.max_batch as c_uint,
+        max_batch_io_timeout_msecs: 5,
+    };
+    // SAFETY: checked non-NULL; the caller's struct.
+    unsafe { props.write(p) };
+    CUfileError_t::OK
+}
+
+/// `cuFileDriverSetPollMode`: accepted, no effect (fgds reaps with io_uring).
+#[no_mangle]
+pub extern "C" fn cuFileDriverSetPollMode(_poll: bool, _threshold_kb: usize) -> CUfileError_t {
+    driver().err().unwrap_or(CUfileError_t::OK)
+}
+
+/// `cuFileDriverSetMaxDirectIOSize` (KiB): the chunk size of handles
+/// registered afterwards.
+#[no_mangle]
+pub extern "C" fn cuFileDriverSetMaxDirectIOSize(kb: usize) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let bytes = kb.saturating_mul(1024) / 4096 * 4096;
+    if bytes == 0 || bytes > fgds::engine::MAX_RW_COUNT {
+        return CUfileError_t::op(CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+    }
+    d.chunk.store(bytes, Ordering::Relaxed);
+    CUfileError_t::OK
+}
+
+/// `cuFileDriverSetMaxCacheSize` (KiB): reported, no effect.
+#[no_mangle]
+pub extern "C" fn cuFileDriverSetMaxCacheSize(kb: usize) -> CUfileError_t {
+    match driver() {
+        Ok(d) => {
+            d.max_cache_kb.store(kb, Ordering::Relaxed);
+            CUfileError_t::OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// `cuFileDriverSetMaxPinnedMemSize` (KiB): reported, no effect.
+#[no_mangle]
+pub extern "C" fn cuFileDriverSetMaxPinnedMemSize(kb: usize) -> CUfileError_t {
+    match driver() {
+        Ok(d) => {
+            d.max_pinned_kb.store(kb, Ordering::Relaxed);
+            CUfileError_t::OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// `cuFileGetVersion`: 1170 (cuFile 1.17's ABI).
+///
+/// # Safety
+/// `version` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetVersion(version: *mut c_int) -> CUfileError_t {
+    if version.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { version.write(CUFILE_VERSION) };
+    CUfileError_t::OK
+}
+
+/// `cuFileHandleRegister`: a file descriptor (`CU_FILE_HANDLE_TYPE_OPAQUE_FD`),
+/// opened with or without `O_DIRECT`.
+///
+/// # Safety
+/// `fh` and `descr` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileHandleRegister(
+    fh: *mut *mut c_void,
+    descr: *mut CUfileDescr_t,
+) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    if fh.is_null() || descr.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: checked non-NULL; the caller's descriptor.
+    let descr = unsafe { &*descr };
+    if descr.type_ != CU_FILE_HANDLE_TYPE_OPAQUE_FD {
+        return CUfileError_t::op(CU_FILE_INVALID_FILE_TYPE);
+    }
+    // SAFETY: type OPAQUE_FD: the union holds the fd.
+    let fd = unsafe { descr.handle.fd };
+    let mut cfg = d.settings.fgds.clone();
+    cfg.chunk_size = d.chunk.load(Ordering::Relaxed);
+    match FileHandle::from_fd(fd, cfg) {
+        Ok(f) => {
+            let id = new_id();
+            let h = Arc::new(Handle {
+                file: Arc::new(f),
+                fd,
+                warned: AtomicBool::new(false),
+            });
+            reg()
+                .handles
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, h);
+            // SAFETY: checked non-NULL.
+            unsafe { fh.write(id as *mut c_void) };
+            CUfileError_t::OK
+        }
+        Err(e @ (Error::Io { .. } | Error::InvalidArgument(_))) => {
+            log(
+                LogLevel::Debug,
+                format_args!("cuFileHandleRegister: fd {fd}: {e}"),
+            );
+            CUfileError_t::op(if e.errno() == libc::EBADF {
+                CU_FILE_INVALID_VALUE
+            } else {
+                CU_FILE_INVALID_FILE_TYPE
+            })
+        }
+        Err(e) => status_of("cuFileHandleRegister", &e),
+    }
+}
+
+/// `cuFileHandleDeregister`: I/O in flight on the handle completes first.
+#[no_mangle]
+pub extern "C" fn cuFileHandleDeregister(fh: *mut c_void) {
+    reg()
+        .handles
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(fh as usize));
+}
+
+/// `cuFileBufRegister`: CUDA device memory (exported to fgds, P2P, where a
+/// node serves its GPU) or host memory.
+///
+/// # Safety
+/// `[base, base + length)` stays valid until `cuFileBufDeregister`.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileBufRegister(
+    base: *const c_void,
+    length: usize,
+    _flags: c_int,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if base.is_null() || length == 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let start = base as usize;
+    let Some(end) = start.checked_add(length) else {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    };
+    let mut g = reg().bufs.write().unwrap_or_else(|p| p.into_inner());
+    let overlaps = g
+        .range(..end)
+        .next_back()
+        .is_some_and(|(b, x)| b + x.len() > start);
+    if overlaps {
+        return CUfileError_t::op(CU_FILE_MEMORY_ALREADY_REGISTERED);
+    }
+    match make_buffer(start, length) {
+        Ok(b) => {
+            if let Some(why) = b.p2p_unavailable_reason() {
+                log(
+                    LogLevel::Debug,
+                    format_args!("cuFileBufRegister: {start:#x}: bounce path: {why}"),
+                );
+            }
+            g.insert(start, Arc::new(b));
+            CUfileError_t::OK
+        }
+        Err(e) => status_of("cuFileBufRegister", &e),
+    }
+}
+
+/// `cuFileBufDeregister`: `base` as registered; `CU_FILE_INVALID_VALUE` if
+/// it is not.
+#[no_mangle]
+pub extern "C" fn cuFileBufDeregister(base: *const c_void) -> CUfileError_t {
+    match reg()
+        .bufs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(base as usize))
+    {
+        Some(_) => CUfileError_t::OK,
+        None => CUfileError_t::op(CU_FILE_INVALID_VALUE),
+    }
+}
+
+/// `cuFileRead`: bytes read (short at the end of the file), `-1` with
+/// `errno` for a system call error, or a negative `CUfileOpError`.
+///
+/// # Safety
+/// `[base + buf_off, base + buf_off + size)` is valid memory.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileRead(
+    fh: *mut c_void,
+    base: *mut c_void,
+    size: usize,
+    file_offset: libc::off_t,
+    buf_off: libc::off_t,
+) -> isize {
+    sync_io(fh, Op::Read, base, size, file_offset, buf_off)
+}
+
+/// `cuFileWrite`: as [`cuFileRead`].
+///
+/// # Safety
+/// As [`cuFileRead`].
+#[no_mangle]
+pub unsafe extern "C" fn cuFileWrite(
+    fh: *mut c_void,
+    base: *const c_void,
+    size: usize,
+    file_offset: libc::off_t,
+    buf_off: libc::off_t,
+) -> isize {
+    sync_io(fh, Op::Write, base, size, file_offset, buf_off)
+}
+
+fn batch(id: *mut c_void) -> Result<Arc<BatchState>, CUfileError_t> {
+    reg()
+        .batches
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(id as usize))
+        .cloned()
+        .ok_or(CUfileError_t::op(CU_FILE_INVALID_VALUE))
+}
+
+/// `cuFileBatchIOSetUp`: a batch of up to `nr` requests in flight
+/// (`nr` <= `properties.io_batchsize`, 128 by default).
+///
+/// # Safety
+/// `batch_idp` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileBatchIOSetUp(
+    batch_idp: *mut *mut c_void,
+    nr: c_uint,
+) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    if batch_idp.is_null() || nr == 0 || nr as usize > d.settings.max_batch {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    match Batch::new(nr as usize) {
+        Ok(b) => {
+            let id = new_id();
+            reg()
+                .batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    id,
+                    Arc::new(BatchState {
+                        batch: Mutex::new(b),
+                        ready: Mutex::new(VecDeque::new()),
+                    }),
+                );
+            // SAFETY: checked non-NULL.
+            unsafe { batch_idp.write(id as *mut c_void) };
+            CUfileError_t::OK
+        }
+        Err(e) => status_of("cuFileBatchIOSetUp", &e),
+    }
+}
+
+/// `cuFileBatchIOSubmit`: all `nr` requests or none.
+///
+/// # Safety
+/// `iocbp` points to `nr` requests whose memory stays valid until they complete.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileBatchIOSubmit(
+    batch_id: *mut c_void,
+    nr: c_uint,
+    iocbp: *mut CUfileIOParams_t,
+    _flags: c_uint,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    let b = match batch(batch_id) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if nr == 0 {
+        return CUfileError_t::OK;
+    }
+    if iocbp.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: the caller passes nr requests.
+    let ps = unsafe { std::slice::from_raw_parts(iocbp, nr as usize) };
+    let mut v = Vec::with_capacity(ps.len());
+    for p in ps {
+        if p.mode != CUFILE_BATCH {
+            return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+        }
+        let op = match p.opcode {
+            CUFILE_READ => Op::Read,
+            CUFILE_WRITE => Op::Write,
+            _ => return CUfileError_t::op(CU_FILE_INVALID_VALUE),
+        };
+        let h = match handle(p.fh) {
+            Ok(h) => h,
+            Err(c) => return CUfileError_t::op(c),
+        };
+        let r = offset(p.batch.file_offset, "file offset").and_then(|fo| {
+            let size = p.batch.size.max(1);
+            let (buffer, buf_off) = target(p.batch.dev_ptr_base, p.batch.dev_ptr_offset, size)?;
+            Ok(IoParams {
+                cookie: p.cookie as u64,
+                file: h.file.clone(),
+                op,
+                file_off: fo as u64,
+                target: IoTarget::Plain {
+                    buffer,
+                    buf_off,
+                    size: p.batch.size,
+                },
+            })
+        });
+        match r {
+            Ok(x) => v.push(x),
+            Err(e) => return status_of("cuFileBatchIOSubmit", &e),
+        }
+    }
+    let r = b.batch.lock().unwrap_or_else(|p| p.into_inner()).submit(&v);
+    match r {
+        Ok(()) => CUfileError_t::OK,
+        Err(e) => status_of("cuFileBatchIOSubmit", &e),
+    }
+}
+
+fn terminal(e: &Event) -> bool {
+    matches!(
+        e.status,
+        Status::Complete | Status::Failed | Status::Canceled
+    )
+}
+
+/// `cuFileBatchIOGetStatus`: waits until `min_nr` requests are done or
+/// `timeout` (NULL: no limit) passed, and writes up to `*nr` events of done
+/// requests (`CUFILE_COMPLETE` with the bytes, `CUFILE_FAILED` with a
+/// negative errno, `CUFILE_CANCELED`); `*nr` becomes their number.
+///
+/// # Safety
+/// `nr` valid; `iocbp` has room for `*nr` events; `timeout` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileBatchIOGetStatus(
+    batch_id: *mut c_void,
+    min_nr: c_uint,
+    nr: *mut c_uint,
+    iocbp: *mut CUfileIOEvents_t,
+    timeout: *mut libc::timespec,
+) -> CUfileError_t {
+    let b = match batch(batch_id) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if nr.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: checked non-NULL.
+    let max = unsafe { *nr } as usize;
+    if (max > 0 && iocbp.is_null()) || min_nr as usize > max {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: NULL or the caller's timespec.
+    let timeout = match unsafe { timeout.as_ref() } {
+        None => None,
+        Some(t) if t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec) => {
+            Some(Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+        }
+        Some(_) => return CUfileError_t::op(CU_FILE_INVALID_VALUE),
+    };
+    let mut out: Vec<Event> = Vec::with_capacity(max);
+    let mut ready = b.ready.lock().unwrap_or_else(|p| p.into_inner());
+    while out.len() < max {
+        match ready.pop_front() {
+            Some(e) => out.push(e),
+            None => break,
+        }
+    }
+    if out.len() < max {
+        let mut g = b.batch.lock().unwrap_or_else(|p| p.into_inner());
+        let want = (min_nr as usize).saturating_sub(out.len());
+        let evs = if want == 0 {
+            g.poll()
+        } else {
+            g.wait(want, timeout)
+        };
+        for e in evs.into_iter().filter(terminal) {
+            if out.len() < max {
+                out.push(e);
+            } else {
+                ready.push_back(e);
+            }
+        }
+    }
+    for (i, e) in out.iter().enumerate() {
+        let status = match e.status {
+            Status::Complete => CUFILE_COMPLETE,
+            Status::Canceled => CUFILE_CANCELED,
+            _ => CUFILE_FAILED,
+        };
+        // SAFETY: i < max, the caller's room.
+        unsafe {
+            iocbp.add(i).write(CUfileIOEvents_t {
+                cookie: e.cookie as *mut c_void,
+                status,
+                ret: e.result as isize as usize,
+            })
+        };
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { nr.write(out.len() as c_uint) };
+    CUfileError_t::OK
+}
+
+/// `cuFileBatchIOCancel`: cancels what has not started on the device.
+#[no_mangle]
+pub extern "C" fn cuFileBatchIOCancel(batch_id: *mut c_void) -> CUfileError_t {
+    match batch(batch_id) {
+        Ok(b) => {
+            b.batch.lock().unwrap_or_else(|p| p.into_inner()).cancel();
+            CUfileError_t::OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// `cuFileBatchIODestroy`: cancels, waits for the requests, frees the batch.
+#[no_mangle]
+pub extern "C" fn cuFileBatchIODestroy(batch_id: *mut c_void) {
+    let b = reg()
+        .batches
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(batch_id as usize));
+    drop(b);
+}
+
+/// # Safety
+/// As [`cuFileReadAsync`]; `args`' pointers may be NULL (an error).
+unsafe fn stream_io(
+    op: Op,
+    fh: *mut c_void,
+    base: *mut c_void,
+    args: fgds::LateArgs,
+    stream: *mut c_void,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    let h = match handle(fh) {
+        Ok(h) => h,
+        Err(c) => return CUfileError_t::op(c),
+    };
+    let (size_p, file_offset_p, buf_off_p, bytes_p) =
+        (args.size, args.file_off, args.buf_off, args.bytes_done);
+    if base.is_null()
+        || size_p.is_null()
+        || file_offset_p.is_null()
+        || buf_off_p.is_null()
+        || bytes_p.is_null()
+    {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let (buffer, base_off) = match registered(base as usize) {
+        Some(x) => x,
+        None => {
+            // Unregistered: a buffer as large as the request may become
+            // (*size_p is its upper bound, cuFile's rule).
+            // SAFETY: the caller's pointers, checked non-NULL.
+            let (size, bo) = unsafe { (*size_p, *buf_off_p) };
+            let r = offset(bo, "buffer offset")
+                .and_then(|bo| make_buffer(base as usize, bo + size.max(1)));
+            match r {
+                Ok(b) => (Arc::new(b), 0),
+                Err(e) => return status_of("cuFileReadAsync", &e),
+            }
+        }
+    };
+    let host = matches!(buffer.kind(), BufferKind::Host | BufferKind::HostUser);
+    if host && stream.is_null() && fgds::gpu::Runtime::cuda().is_err() {
+        // No CUDA, so no work can be queued on the default stream: the
+        // request runs now, in order.
+        // SAFETY: the caller's pointers, checked non-NULL.
+        let (size, fo, bo) = unsafe { (*size_p, *file_offset_p, *buf_off_p) };
+        let r = offset(fo, "file offset").and_then(|fo| {
+            let bo = offset(bo, "buffer offset")?;
+            match op {
+                Op::Read => h.file.read(&buffer, base_off + bo, size, fo as u64),
+                Op::Write => h.file.write(&buffer, base_off + bo, size, fo as u64),
+            }
+        });
+        note_path(&h);
+        let v = match r {
+            Ok(n) => n as isize,
+            Err(e) => io_ret("cuFileReadAsync", &e),
+        };
+        // SAFETY: checked non-NULL.
+        unsafe { bytes_p.write(v) };
+        return CUfileError_t::OK;
+    }
+    // SAFETY: cuFileReadAsync's contract is LateArgs's.
+    let r = unsafe {
+        match op {
+            Op::Read => h.file.read_on_stream(buffer, base_off, args, stream),
+            Op::Write => h.file.write_on_stream(buffer, base_off, args, stream),
+        }
+    };
+    match r {
+        Ok(()) => CUfileError_t::OK,
+        Err(e @ Error::RuntimeUnavailable { .. }) => {
+            log(LogLevel::Debug, format_args!("cuFileReadAsync: {e}"));
+            CUfileError_t::op(CU_FILE_ASYNC_NOT_SUPPORTED)
+        }
+        Err(e) => status_of("cuFileReadAsync", &e),
+    }
+}
+
+fn late(
+    size: *mut usize,
+    file_off: *mut libc::off_t,
+    buf_off: *mut libc::off_t,
+    bytes_done: *mut isize,
+) -> fgds::LateArgs {
+    fgds::LateArgs {
+        size,
+        file_off,
+        buf_off,
+        bytes_done,
+    }
+}
+
+/// `cuFileReadAsync`: enqueued on `stream`; `*size_p`, `*file_offset_p`,
+/// `*buf_off_p` are read when the stream reaches the request, the result
+/// goes to `*bytes_read_p`. Without CUDA (host memory, NULL stream) it
+/// runs before returning.
+///
+/// # Safety
+/// The pointers stay valid until the stream has run the request.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileReadAsync(
+    fh: *mut c_void,
+    base: *mut c_void,
+    size_p: *mut usize,
+    file_offset_p: *mut libc::off_t,
+    buf_off_p: *mut libc::off_t,
+    bytes_read_p: *mut isize,
+    stream: *mut c_void,
+) -> CUfileError_t {
+    // SAFETY: As this function's contract.
+    unsafe {
+        stream_io(
+            Op::Read,
+            fh,
+            base,
+            late(size_p, file_offset_p, buf_off_p, bytes_read_p),
+            stream,
+        )
+    }
+}
+
+/// `cuFileWriteAsync`: as [`cuFileReadAsync`].
+///
+/// # Safety
+/// As [`cuFileReadAsync`].
+#[no_mangle]
+pub unsafe extern "C" fn cuFileWriteAsync(
+    fh: *mut c_void,
+    base: *mut c_void,
+    size_p: *mut usize,
+    file_offset_p: *mut libc::off_t,
+    buf_off_p: *mut libc::off_t,
+    bytes_written_p: *mut isize,
+    stream: *mut c_void,
+) -> CUfileError_t {
+    // SAFETY: As this function's contract.
+    unsafe {
+        stream_io(
+            Op::Write,
+            fh,
+            base,
+            late(size_p, file_offset_p, buf_off_p, bytes_written_p),
+            stream,
+        )
+    }
+}
+
+/// `cuFileStreamRegister`: remembered; fgds needs no per-stream set-up.
+#[no_mangle]
+pub extern "C" fn cuFileStreamRegister(stream: *mut c_void, flags: c_uint) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if flags > 15 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    reg()
+        .streams
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(stream as usize, flags);
+    CUfileError_t::OK
+}
+
+/// `cuFileStreamDeregister`.
+#[no_mangle]
+pub extern "C" fn cuFileStreamDeregister(stream: *mut c_void) -> CUfileError_t {
+    match reg()
+        .streams
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(stream as usize))
+    {
+        Some(_) => CUfileError_t::OK,
+        None => CUfileError_t::op(CU_FILE_INVALID_VALUE),
+    }
+}
