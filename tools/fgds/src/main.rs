@@ -1,9 +1,10 @@
 //! `fgds`: list GPUs with fgds nodes, check whether P2P file I/O can work,
-//! and benchmark (gdsio-like).
+//! benchmark (gdsio-like), and run programs on fgds's cuFile library.
 
 mod bench;
 mod check;
 mod p2p;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ enum Cmd {
     },
     /// Benchmark reads or writes (gdsio-like).
     Bench(bench::BenchArgs),
+    /// Run a program with fgds's libcufile.so.0 in place of NVIDIA's cuFile.
+    Run(run::RunArgs),
 }
 
 /// What stops a command.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Cmd::List { json } => list(json).map_err(CliError::from),
         Cmd::Check { file, json } => check::run(file.as_deref(), json).map_err(CliError::from),
         Cmd::Bench(a) => bench::run(a).map_err(CliError::from),
+        Cmd::Run(a) => run::run(a).map_err(CliError::from),
     };
     match r {
         Ok(code) => code,
