@@ -4,9 +4,14 @@
 # tutorial uses `torch.cuda.gds` (so `torch.cuda.gds.GdsFile` is
 # `gds.GdsFile`), and the device, which is FGDS_TUTORIAL_DEVICE ("cuda" in the
 # tutorial, "cpu" on a host without a GPU). It runs in the current directory.
+# FGDS_TUTORIAL_GDS=torch runs it on torch.cuda.gds itself (on a GPU, under
+# `fgds run` that is fgds's libcufile.so.0).
 import os
 
-import fgds.torch as gds
+if os.environ.get("FGDS_TUTORIAL_GDS") == "torch":
+    import torch.cuda.gds as gds
+else:
+    import fgds.torch as gds
 
 DEVICE = os.environ.get("FGDS_TUTORIAL_DEVICE", "cuda")
 

@@ -140,7 +140,8 @@ def gds_deregister_buffer(s):
     with _reg_lock:
         entry = _registered.pop(_key(s), None)
     if entry is None:
-        raise GdsError(_errno.EFAULT, "cuFileBufDeregister failed: device pointer lookup failure")
+        # cuFile answers CU_FILE_INVALID_VALUE for memory it does not know.
+        raise GdsError(_errno.EINVAL, "cuFileBufDeregister failed: invalid arguments")
     entry[0].close()
 
 
