@@ -393,8 +393,9 @@ pub extern "C" fn cuFileDriverSetPollMode(_poll: bool, _threshold_kb: usize) -> 
     driver().err().unwrap_or(CUfileError_t::OK)
 }
 
-/// `cuFileDriverSetMaxDirectIOSize` (KiB): the chunk size of handles
-/// registered afterwards.
+/// `cuFileDriverSetMaxDirectIOSize` (KiB): the largest chunk of handles
+/// registered afterwards (it lowers the configured chunk size, as
+/// `max_direct_io_size_kb` does).
 #[no_mangle]
 pub extern "C" fn cuFileDriverSetMaxDirectIOSize(kb: usize) -> CUfileError_t {
     let d = match driver() {
@@ -405,7 +406,8 @@ pub extern "C" fn cuFileDriverSetMaxDirectIOSize(kb: usize) -> CUfileError_t {
     if bytes == 0 || bytes > fgds::engine::MAX_RW_COUNT {
         return CUfileError_t::op(CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
     }
-    d.chunk.store(bytes, Ordering::Relaxed);
+    d.chunk
+        .store(bytes.min(d.settings.fgds.chunk_size), Ordering::Relaxed);
     CUfileError_t::OK
 }
 
