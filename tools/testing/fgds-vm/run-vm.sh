@@ -23,6 +23,12 @@
 #                             +- dn2: ivshmem-plain, BAR2 = /dev/shm/fgds-vram-* (the GPU stand-in)
 #                             +- dn3: NVMe "fgdscmb" with a 64 MiB CMB (upstream p2pmem)
 #                             +- dn4: ivshmem-plain, BAR2 = 64 MiB (a second GPU stand-in)
+#                             +- dn5: NVMe "fgdsslow", reads throttled to 16 MiB/s
+#                                     (I/O that is surely in flight for the teardown tests)
+#   root port 2 --------------- NVMe "fgdsfar" (shares no switch with the stand-ins:
+#                                     P2P to them is refused)
+# The host checks (barcheck) serve the first stand-in's BAR in out/ and the
+# second's in out/bar2/.
 # The console is logged to build/vm-<cfg>/console.log, the guest's output to
 # build/vm-<cfg>/out/guest.log (shown as it grows), QEMU's CPU resets (a
 # triple fault) and shutdown requests to build/vm-<cfg>/qemu.log. The run fails when the
@@ -73,11 +79,12 @@ mkdir -p "$FGDS_ROOT/fgds/src" "$FGDS_ROOT/fgds/out" "$FGDS_ROOT/lib/modules"
 gcc -O2 -Wall -o "$vm/barcheck" "$FGDS_VM/barcheck.c"
 
 checker=
+checker2=
 stop_checker() {
 	if [ -n "$checker" ]; then
-		touch "$out/stop"
-		wait "$checker" 2>/dev/null || true
-		checker=
+		touch "$out/stop" "$out/bar2/stop"
+		wait "$checker" "$checker2" 2>/dev/null || true
+		checker= checker2=
 	fi
 }
 cleanup() {
@@ -91,14 +98,17 @@ trap cleanup EXIT
 prepare() {
 	stop_checker
 	rm -rf "$out"
-	mkdir -p "$out/req" "$out/resp" "$out/tap"
-	rm -f "$vm/nvme0.img" "$vm/nvme1.img" "$vram" "$vram2"
+	mkdir -p "$out/req" "$out/resp" "$out/tap" "$out/bar2/req" "$out/bar2/resp"
+	rm -f "$vm/nvme0.img" "$vm/nvme1.img" "$vm/nvme2.img" "$vm/nvme3.img" "$vram" "$vram2"
 	truncate -s 4G "$vm/nvme0.img"
 	truncate -s 256M "$vm/nvme1.img"
+	truncate -s 64M "$vm/nvme2.img" "$vm/nvme3.img"
 	truncate -s 512M "$vram"
 	truncate -s 64M "$vram2"
 	"$vm/barcheck" "$vram" serve "$out" &
 	checker=$!
+	"$vm/barcheck" "$vram2" serve "$out/bar2" &
+	checker2=$!
 }
 
 # Multi-threaded TCG. On a two-core host loaded by a kernel build a halted
@@ -148,6 +158,12 @@ boot() {
 		-device nvme,serial=fgdscmb,drive=nvm1,cmb_size_mb=64,bus=dn3 \
 		-object memory-backend-file,id=vram2,share=on,mem-path="$vram2",size=64M \
 		-device ivshmem-plain,memdev=vram2,bus=dn4 \
+		-device xio3130-downstream,id=dn5,bus=up1,chassis=6,slot=5 \
+		-drive file="$vm/nvme2.img",if=none,id=nvm2,format=raw,cache=unsafe,throttling.bps-read=16777216 \
+		-device nvme,serial=fgdsslow,drive=nvm2,bus=dn5 \
+		-device pcie-root-port,id=rp2,chassis=7,slot=2 \
+		-drive file="$vm/nvme3.img",if=none,id=nvm3,format=raw,cache=unsafe \
+		-device nvme,serial=fgdsfar,drive=nvm3,bus=rp2 \
 		</dev/null &
 	qemu=$!
 }

@@ -10,6 +10,8 @@
 #   FGDS_EXT4 FGDS_XFS   mount points of its file systems
 #   FGDS_CMB_BDF   the NVMe whose CMB is upstream p2pmem
 #   FGDS_CMB_NVME  that NVMe's namespace
+#   FGDS_SLOW      an NVMe namespace whose reads QEMU throttles (16 MiB/s)
+#   FGDS_FAR       an NVMe namespace on its own root port: no P2P to the stand-ins
 
 fgds_die() { echo "fgds-guest: setup: $*"; exit 1; }
 
@@ -44,6 +46,12 @@ cmb=$(nvme_by_serial fgdscmb)
 export FGDS_CMB_NVME=/dev/${cmb}n1
 cmb_dev=$(readlink -f /sys/class/nvme/$cmb/device)
 export FGDS_CMB_BDF=${cmb_dev##*/}
+slow=$(nvme_by_serial fgdsslow)
+[ -n "$slow" ] || fgds_die "no NVMe with serial fgdsslow"
+export FGDS_SLOW=/dev/${slow}n1
+far=$(nvme_by_serial fgdsfar)
+[ -n "$far" ] || fgds_die "no NVMe with serial fgdsfar"
+export FGDS_FAR=/dev/${far}n1
 
 # raw 1 GiB, ext4 1.5 GiB, xfs the rest
 sfdisk -q "$FGDS_NVME" >/dev/null <<PART || fgds_die "sfdisk $FGDS_NVME failed"

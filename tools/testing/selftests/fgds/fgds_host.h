@@ -15,13 +15,16 @@
 #include <unistd.h>
 
 #define FGDS_HOST_DIR "/fgds/out"
+/* The second stand-in's BAR (FGDS_GPU2_BDF) */
+#define FGDS_HOST2_DIR "/fgds/out/bar2"
 
 /*
- * Returns 0 when the host answered "ok"; otherwise -1 with the host's answer
- * (or the local error) in @ans.
+ * Asks the checker serving @dir. Returns 0 when the host answered "ok";
+ * otherwise -1 with the host's answer (or the local error) in @ans.
  */
-static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len,
-				uint64_t pos, char *ans, size_t ans_len)
+static inline int fgds_host_req_at(const char *dir, const char *op, uint64_t seed,
+				   uint64_t bar_off, uint64_t len, uint64_t pos, char *ans,
+				   size_t ans_len)
 {
 	static unsigned int seq;
 	char name[64], tmp[160], req[160], resp[160];
@@ -29,9 +32,9 @@ static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off,
 	FILE *f;
 
 	snprintf(name, sizeof(name), "%d-%u", getpid(), seq++);
-	snprintf(tmp, sizeof(tmp), FGDS_HOST_DIR "/req/%s~", name);
-	snprintf(req, sizeof(req), FGDS_HOST_DIR "/req/%s", name);
-	snprintf(resp, sizeof(resp), FGDS_HOST_DIR "/resp/%s", name);
+	snprintf(tmp, sizeof(tmp), "%s/req/%s~", dir, name);
+	snprintf(req, sizeof(req), "%s/req/%s", dir, name);
+	snprintf(resp, sizeof(resp), "%s/resp/%s", dir, name);
 	f = fopen(tmp, "w");
 	if (!f || fprintf(f, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", op, seed,
 			  bar_off, len, pos) < 0 || fclose(f) || rename(tmp, req)) {
@@ -56,6 +59,13 @@ static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off,
 		}
 		usleep(10000);
 	}
+}
+
+/* The first stand-in's BAR (FGDS_GPU_BDF). */
+static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len,
+				uint64_t pos, char *ans, size_t ans_len)
+{
+	return fgds_host_req_at(FGDS_HOST_DIR, op, seed, bar_off, len, pos, ans, ans_len);
 }
 
 #endif /* FGDS_HOST_H */

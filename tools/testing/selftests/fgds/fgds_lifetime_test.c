@@ -10,9 +10,15 @@
  *   one open file, on several, and on two GPUs' nodes;
  * - the second GPU removed from the system (as on hot-unplug) under a mapped
  *   registration with O_DIRECT reads in flight, then found again by a rescan.
+ * - the exporter revoking (memory decode turned off and on again through
+ *   vfio-pci) with io_uring reads in flight, many times.
+ * The reads come from "fgdsslow", an NVMe whose reads QEMU throttles to
+ * SLOW_BPS, so a teardown that starts right after the reads were submitted
+ * always has some in flight; every test asserts it, and prints how many.
  * Data is checked by content: the host compares the stand-in's BAR file with
  * what was written, and memory that no longer belongs to a registration is
- * refilled by the host and checked again later, so a late DMA would show.
+ * refilled by the host right after the teardown returned and checked again
+ * after every read has ended, so a late DMA would show.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,16 +40,25 @@
 #include "fgds_test.h"
 #include "fgds_util.h"
 
-/* Areas of the fixture these tests own: BAR [256M, 320M), raw [768M, 832M). */
+/*
+ * Areas of the fixture these tests own: BAR [256M, 320M); the slow NVMe
+ * (FGDS_SLOW, whole namespace, reads throttled to SLOW_BPS by QEMU) from 0.
+ */
 #define BAR_BASE (256 * SZ_1M)
-#define RAW_BASE (768 * SZ_1M)
+#define RAW_BASE 0
 #define BUF_LEN (4 * SZ_1M)
 #define NR_IOS 32
 #define IO_LEN (BUF_LEN / NR_IOS)
+/* Must match throttling.bps-read of fgdsslow in tools/testing/fgds-vm/run-vm.sh. */
+#define SLOW_BPS (16 * SZ_1M)
+/* Longest a read of the slow NVMe can take: every byte in flight, at SLOW_BPS, twice over. */
+#define SLOW_DRAIN_US (2 * 1000000ULL * BUF_LEN / SLOW_BPS)
+/* Teardowns of each kind with reads in flight, revocations, SIGKILLs. */
+#define ROUNDS 100
 
 static int open_raw(void)
 {
-	const char *raw = getenv("FGDS_RAW");
+	const char *raw = getenv("FGDS_SLOW");
 
 	return raw ? open(raw, O_RDWR | O_DIRECT | O_CLOEXEC) : -ENOENT;
 }
@@ -104,12 +120,27 @@ static int host(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len)
 	return host_at(op, seed, bar_off, len, 0);
 }
 
+/* The same on the second stand-in's BAR (FGDS_GPU2_BDF), or the one the checker in @dir serves. */
+static int host_in(const char *dir, const char *op, uint64_t seed, uint64_t bar_off, uint64_t len)
+{
+	char ans[200];
+	int ret = fgds_host_req_at(dir, op, seed, bar_off, len, 0, ans, sizeof(ans));
+
+	if (ret)
+		fprintf(stderr, "# host %s %s at %#llx+%#llx: %s\n", dir, op,
+			(unsigned long long)bar_off, (unsigned long long)len, ans);
+	return ret;
+}
+
 struct io_loop {
 	int raw;
 	unsigned char *p;
 	int ok;
 	int cut_short;
 	int err;
+	/* reads begun and ended: begun - ended is 1 while a read is in flight */
+	int begun;
+	int ended;
 };
 
 static void *io_loop(void *arg)
@@ -117,8 +148,11 @@ static void *io_loop(void *arg)
 	struct io_loop *l = arg;
 
 	for (;;) {
-		ssize_t n = pread(l->raw, l->p, BUF_LEN, RAW_BASE);
+		ssize_t n;
 
+		__atomic_add_fetch(&l->begun, 1, __ATOMIC_SEQ_CST);
+		n = pread(l->raw, l->p, BUF_LEN, RAW_BASE);
+		__atomic_add_fetch(&l->ended, 1, __ATOMIC_SEQ_CST);
 		if (n < 0) {
 			l->err = errno;
 			return NULL;
@@ -133,12 +167,22 @@ static void *io_loop(void *arg)
 struct unbind {
 	const char *bdf;
 	int ret;
+	/* reads in flight when the sysfs write began */
+	struct io_loop *l;
+	int in_flight;
 };
+
+static void note_in_flight(struct unbind *u)
+{
+	u->in_flight = __atomic_load_n(&u->l->begun, __ATOMIC_SEQ_CST) -
+		       __atomic_load_n(&u->l->ended, __ATOMIC_SEQ_CST);
+}
 
 static void *unbind(void *arg)
 {
 	struct unbind *u = arg;
 
+	note_in_flight(u);
 	u->ret = fgds_sysfs_write("/sys/bus/pci/drivers/vfio-pci/unbind", u->bdf);
 	return NULL;
 }
@@ -175,12 +219,17 @@ static int vfio_request_eventfd(struct fgds_vfio *v)
  * running into @p (io_loop in a thread, from its second whole read on), runs
  * @take_away(@u) in a thread (a sysfs write that unbinds or removes the
  * device), gives the device back when vfio-pci asks for it (closing @v,
- * which revokes its dma-bufs) and waits for both threads. Returns 0, or a
- * negative errno with the failed step in @why; @l has the reads' counts and
- * the error that stopped them.
+ * which revokes its dma-bufs), has the host (the checker in @host_dir) fill
+ * the registration's range of the BAR (@bar_off, @len) with @fresh as soon
+ * as that is done and the
+ * reads may still run, and waits for both threads. Returns 0, or a negative
+ * errno with the failed step in @why; @l has the reads' counts and the error
+ * that stopped them, @u->in_flight the reads in flight when the take-away
+ * began.
  */
 static int take_away_under_io(struct io_loop *l, unsigned char *p, struct fgds_vfio *v,
-			      void *(*take_away)(void *), struct unbind *u, const char **why)
+			      void *(*take_away)(void *), struct unbind *u, const char *host_dir,
+			      uint64_t bar_off, uint64_t len, uint64_t fresh, const char **why)
 {
 	pthread_t io_thr, thr;
 	struct pollfd pfd;
@@ -206,6 +255,7 @@ static int take_away_under_io(struct io_loop *l, unsigned char *p, struct fgds_v
 		return -l->err;
 	}
 	*why = "start the sysfs write";
+	u->l = l;
 	started = !pthread_create(&thr, NULL, take_away, u);
 	if (!started) {
 		ret = -EAGAIN;
@@ -221,6 +271,11 @@ static int take_away_under_io(struct io_loop *l, unsigned char *p, struct fgds_v
 	close(efd);
 	if (started)
 		pthread_join(thr, NULL);
+	/* Torn down: memory that is no longer the registration's, while reads may run. */
+	if (!ret && host_in(host_dir, "fill", fresh, bar_off, len)) {
+		*why = "host fill after the take-away";
+		ret = -EIO;
+	}
 	pthread_join(io_thr, NULL);
 	if (!ret && u->ret) {
 		*why = "the sysfs write";
@@ -280,16 +335,19 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
-	ret = take_away_under_io(&l, b.p, &self->v, unbind, &u, &why);
+	ret = take_away_under_io(&l, b.p, &self->v, unbind, &u, FGDS_HOST_DIR, BAR_BASE,
+				 BUF_LEN, 0x6a4f, &why);
 	ASSERT_EQ(0, ret) TH_LOG("unbind under I/O: %s: %s", why, strerror(-ret));
 	EXPECT_EQ(EFAULT, l.err);
-	TH_LOG("%d whole and %d short reads before the revocation", l.ok, l.cut_short);
+	ASSERT_LE(1, u.in_flight) TH_LOG("no read in flight when the unbind began");
+	ksft_print_msg("unbind with %d of 1 reads in flight: %d whole and %d short reads before\n",
+		       u.in_flight, l.ok, l.cut_short);
 
 	ASSERT_EQ(0, fgds_query(self->node, b.cookie, &info));
 	EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
 	EXPECT_TRUE(fgds_load_faults(b.p + SZ_64K));
-	/* Every read, whole or cut short, wrote the same bytes; nothing else moved. */
-	EXPECT_EQ(0, host("check", 0x11fe, BAR_BASE, BUF_LEN));
+	/* Refilled once the revocation was done, while the read ran: no late DMA. */
+	EXPECT_EQ(0, host("check", 0x6a4f, BAR_BASE, BUF_LEN));
 	EXPECT_EQ(0, host("check", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	EXPECT_EQ(0, host("check", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	fgds_buf_put(self->node, &b);
@@ -306,8 +364,12 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 	fgds_buf_put(self->node, &b);
 }
 
-/* A child with NR_IOS io_uring reads in flight into its own registration of @dmabuf. */
-static void __attribute__((noreturn)) child_reader(int dmabuf, int ready)
+/*
+ * A child with NR_IOS io_uring reads in flight into its own registration of
+ * @dmabuf, resubmitting each as it completes; *@in_flight (shared with the
+ * parent) counts the reads submitted and not yet completed.
+ */
+static void __attribute__((noreturn)) child_reader(int dmabuf, int ready, int *in_flight)
 {
 	struct io_uring ring;
 	struct io_uring_cqe *cqe;
@@ -320,7 +382,10 @@ static void __attribute__((noreturn)) child_reader(int dmabuf, int ready)
 	if (node < 0 || raw < 0 || fgds_reg(node, dmabuf, 0, BUF_LEN, &cookie))
 		_exit(2);
 	p = fgds_map(node, cookie, BUF_LEN);
-	if (!p || io_uring_queue_init(2 * NR_IOS, &ring, 0) || submit_reads(&ring, raw, p) != NR_IOS)
+	if (!p || io_uring_queue_init(2 * NR_IOS, &ring, 0))
+		_exit(3);
+	__atomic_store_n(in_flight, NR_IOS, __ATOMIC_SEQ_CST);
+	if (submit_reads(&ring, raw, p) != NR_IOS)
 		_exit(3);
 	if (write(ready, "r", 1) != 1)
 		_exit(4);
@@ -340,55 +405,87 @@ static void __attribute__((noreturn)) child_reader(int dmabuf, int ready)
 }
 
 /*
- * SIGKILL with reads in flight: the registration ends with the process, after
- * its DMA; the memory, refilled by the host right after the child is reaped,
- * is not written again; the range can be registered again at once.
+ * SIGKILL with reads in flight, ROUNDS times: the registration ends with the
+ * process, after its DMA; the memory, refilled by the host right after the
+ * child is reaped, is not written again while any read the child had in
+ * flight could still land; the range can be registered again at once.
  */
-TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 600)
+TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 {
-	int dmabuf, kills, chunks0;
+	int dmabuf, kills, chunks0, *in_flight, min_if = NR_IOS, max_if = 0;
+	long long total_if = 0, memmap0 = fgds_memmap_pages();
 	uint64_t seed = 7;
 
+	ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
 	chunks0 = fgds_fdinfo_num(self->node, "fgds-gpu-chunks");
 	ASSERT_LE(0, chunks0) TH_LOG("no fgds-gpu-chunks in fdinfo");
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	dmabuf = fgds_vfio_dmabuf(&self->v, BAR_BASE, BUF_LEN);
 	ASSERT_LE(0, dmabuf);
+	in_flight = mmap(NULL, SZ_4K, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, in_flight);
 
-	for (kills = 0; kills < 6; kills++) {
-		int pipefd[2], status;
+	for (kills = 0; kills < ROUNDS; kills++) {
+		int pipefd[2], status, n;
 		uint64_t cookie = 0;
 		char c;
 		pid_t pid;
 
+		*in_flight = 0;
 		ASSERT_EQ(0, pipe(pipefd));
 		pid = fork();
 		ASSERT_LE(0, pid);
 		if (!pid) {
 			close(pipefd[0]);
-			child_reader(dmabuf, pipefd[1]);
+			child_reader(dmabuf, pipefd[1], in_flight);
 		}
 		close(pipefd[1]);
 		ASSERT_EQ(1, read(pipefd[0], &c, 1)) TH_LOG("the child did not start its reads");
 		close(pipefd[0]);
 		usleep(fgds_rand(&seed) % 20000);
+		n = __atomic_load_n(in_flight, __ATOMIC_SEQ_CST);
 		ASSERT_EQ(0, kill(pid, SIGKILL));
 		ASSERT_EQ(pid, waitpid(pid, &status, 0));
 		ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
 			TH_LOG("the child ended by itself (status %#x) before the kill", status);
+		ASSERT_LE(1, n) TH_LOG("kill %d: no read in flight when the child was killed", kills);
+		total_if += n;
+		min_if = n < min_if ? n : min_if;
+		max_if = n > max_if ? n : max_if;
 
 		/* The memory is someone else's now: no DMA may reach it any more. */
 		ASSERT_EQ(0, host("fill", 0xdead0000 + kills, BAR_BASE, BUF_LEN));
-		usleep(200000);
-		EXPECT_EQ(0, host("check", 0xdead0000 + kills, BAR_BASE, BUF_LEN));
+		usleep(SLOW_DRAIN_US);
+		EXPECT_EQ(0, host("check", 0xdead0000 + kills, BAR_BASE, BUF_LEN))
+			TH_LOG("kill %d: DMA after the process was reaped", kills);
 		EXPECT_EQ(chunks0, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
 		ASSERT_EQ(0, fgds_reg(self->node, dmabuf, 0, BUF_LEN, &cookie));
 		ASSERT_EQ(0, fgds_unreg(self->node, cookie));
 	}
+	ksft_print_msg("SIGKILL with I/O in flight: %d kills, %d to %d of %d reads in flight (%lld in all)\n",
+		       kills, min_if, max_if, NR_IOS, total_if);
+	/* The memory hotplug code's own count: every kill's struct pages went. */
+	EXPECT_EQ(memmap0, fgds_memmap_pages())
+		TH_LOG("SIGKILL: %lld pages of struct pages, %lld before",
+		       fgds_memmap_pages(), memmap0);
 	EXPECT_EQ(0, host("check", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	EXPECT_EQ(0, host("check", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	munmap(in_flight, SZ_4K);
 	close(dmabuf);
+}
+
+/*
+ * A round whose reads all completed before its teardown could begin (the
+ * guest stalled for longer than the slow NVMe needs: under TCG on a loaded
+ * host) tests nothing: it is run again, at most ROUNDS times in a test, and
+ * the count is printed.
+ */
+static int drain_unused_round(struct io_uring *ring)
+{
+	int res[NR_IOS], ok, efault;
+
+	return reap(ring, NR_IOS, res, &ok, &efault);
 }
 
 enum { UNREG, MUNMAP, CLOSE_NODE, CLOSE_DMABUF };
@@ -397,80 +494,187 @@ static const char *const action_name[] = { "UNREG", "munmap", "close of the node
 
 /*
  * NR_IOS io_uring reads in flight, then one of UNREG, munmap, close of the
- * node or of the dma-buf. Every read completes whole or with EFAULT, and each
- * slot of the buffer holds what its read brought or what was there before;
- * UNREG returns only once no DMA is in flight, so memory the host refills
- * right after it stays as the host left it; closing the node or the dma-buf
+ * node or of the dma-buf, ROUNDS times each. Every read completes whole or
+ * with EFAULT, and each slot of the buffer holds what its read brought or
+ * what was there before; UNREG returns only once no DMA is in flight, so
+ * memory the host refills right after it stays as the host left it while
+ * every read that was in flight ends; closing the node or the dma-buf
  * changes nothing for a mapped registration.
  */
-TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 600)
+TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 {
 	int action;
 
 	for (action = UNREG; action <= CLOSE_DMABUF; action++) {
-		int node = open(FGDS_NODE, O_RDWR | O_CLOEXEC), ok, efault, pending, i;
+		int round, min_p = NR_IOS, max_p = 0, whole = 0, faulted = 0, again = 0;
+		long long total_p = 0, memmap0 = fgds_memmap_pages(), memmap_reg = -1;
+
+		ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
+		for (round = 0; round < ROUNDS; round++) {
+			int node = open(FGDS_NODE, O_RDWR | O_CLOEXEC), ok, efault, pending, i;
+			uint64_t fresh = 0xabc0000 + action * ROUNDS + round;
+			int res[NR_IOS] = { 0 };
+			struct io_uring ring;
+			struct fgds_buf b;
+
+			ASSERT_LE(0, node);
+			ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
+			ASSERT_EQ(0, fgds_buf_get(node, &self->v, BAR_BASE, BUF_LEN, &b));
+			ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+			ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
+			pending = NR_IOS - io_uring_cq_ready(&ring);
+			if (memmap_reg < 0)
+				memmap_reg = fgds_memmap_pages();
+			if (!pending) {
+				ASSERT_EQ(0, drain_unused_round(&ring));
+				io_uring_queue_exit(&ring);
+				fgds_buf_put(node, &b);
+				close(node);
+				ASSERT_GT(ROUNDS, ++again)
+					TH_LOG("%s: too many rounds with nothing in flight", action_name[action]);
+				round--;
+				continue;
+			}
+
+			switch (action) {
+			case UNREG:
+				ASSERT_EQ(0, fgds_unreg(node, b.cookie));
+				b.cookie = 0;
+				/* The memory is no longer the registration's. */
+				ASSERT_EQ(0, host("fill", fresh, BAR_BASE, BUF_LEN));
+				break;
+			case MUNMAP:
+				ASSERT_EQ(0, munmap(b.p, BUF_LEN));
+				b.p = NULL;
+				break;
+			case CLOSE_NODE:
+				ASSERT_EQ(0, close(node));
+				node = -1;
+				break;
+			case CLOSE_DMABUF:
+				ASSERT_EQ(0, close(b.dmabuf));
+				b.dmabuf = 0;
+				break;
+			}
+			ASSERT_LE(1, pending)
+				TH_LOG("%s round %d: no read in flight when the teardown began",
+				       action_name[action], round);
+			ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault))
+				TH_LOG("%s: a read ended other than whole or EFAULT", action_name[action]);
+			io_uring_queue_exit(&ring);
+			total_p += pending;
+			min_p = pending < min_p ? pending : min_p;
+			max_p = pending > max_p ? pending : max_p;
+			whole += ok;
+			faulted += efault;
+
+			if (action == UNREG) {
+				/* Every read has ended: nothing may have landed after the UNREG. */
+				EXPECT_EQ(0, host("check", fresh, BAR_BASE, BUF_LEN))
+					TH_LOG("UNREG round %d: DMA after UNREG returned", round);
+			} else {
+				/* runs of slots with the same outcome, one host check each */
+				for (i = 0; i < NR_IOS;) {
+					int j = i;
+
+					while (j < NR_IOS && (res[j] > 0) == (res[i] > 0))
+						j++;
+					EXPECT_EQ(0, host_at("check", res[i] > 0 ? 0x11fe : 0,
+							     BAR_BASE + i * IO_LEN,
+							     (j - i) * IO_LEN, i * IO_LEN));
+					i = j;
+				}
+			}
+			if (action == CLOSE_NODE || action == CLOSE_DMABUF)
+				EXPECT_EQ(NR_IOS, ok);
+			if (node >= 0) {
+				fgds_buf_put(node, &b);
+				close(node);
+			} else {
+				munmap(b.p, BUF_LEN);
+				close(b.dmabuf);
+			}
+		}
+		ksft_print_msg("%s with I/O in flight: %d rounds, %d to %d of %d reads in flight (%lld in all): %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
+			       action_name[action], round, min_p, max_p, NR_IOS, total_p, whole,
+			       faulted, again);
+		/* The memory hotplug code's own count: the struct pages came and went. */
+		EXPECT_LT(memmap0, memmap_reg) TH_LOG("registering added no struct page memory");
+		EXPECT_EQ(memmap0, fgds_memmap_pages())
+			TH_LOG("%s: %lld pages of struct pages, %lld before", action_name[action],
+			       fgds_memmap_pages(), memmap0);
+		ksft_print_msg("%s: struct page memory (nr_memmap_pages) %lld pages before, %lld registered, %lld after\n",
+			       action_name[action], memmap0, memmap_reg, fgds_memmap_pages());
+	}
+}
+
+/*
+ * The exporter revokes with reads in flight, ROUNDS times: memory decode off
+ * (vfio-pci revokes its dma-bufs; fgds drains before the revocation
+ * completes) and on again; the host refills the range at once and, after
+ * every read has ended, finds it unchanged. The registration reports the
+ * revocation, its mapping faults, and the range can be registered again.
+ */
+TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
+{
+	int round, min_p = NR_IOS, max_p = 0, whole = 0, faulted = 0, again = 0;
+	long long total_p = 0, memmap0 = fgds_memmap_pages();
+
+	ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
+	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
+	for (round = 0; round < ROUNDS; round++) {
+		uint64_t fresh = 0xfeed0000 + round;
+		struct fgds_buffer_info info;
 		int res[NR_IOS] = { 0 };
+		int ok, efault, pending, ret;
 		struct io_uring ring;
 		struct fgds_buf b;
 
-		ASSERT_LE(0, node);
 		ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
-		ASSERT_EQ(0, fgds_buf_get(node, &self->v, BAR_BASE, BUF_LEN, &b));
+		ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
 		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
 		ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
 		pending = NR_IOS - io_uring_cq_ready(&ring);
-
-		switch (action) {
-		case UNREG:
-			ASSERT_EQ(0, fgds_unreg(node, b.cookie));
-			b.cookie = 0;
-			ASSERT_EQ(0, host("fill", 0xabc, BAR_BASE, BUF_LEN));
-			break;
-		case MUNMAP:
-			ASSERT_EQ(0, munmap(b.p, BUF_LEN));
-			b.p = NULL;
-			break;
-		case CLOSE_NODE:
-			ASSERT_EQ(0, close(node));
-			node = -1;
-			break;
-		case CLOSE_DMABUF:
-			ASSERT_EQ(0, close(b.dmabuf));
-			b.dmabuf = 0;
-			break;
+		if (!pending) {
+			ASSERT_EQ(0, drain_unused_round(&ring));
+			io_uring_queue_exit(&ring);
+			fgds_buf_put(self->node, &b);
+			ASSERT_GT(ROUNDS, ++again) TH_LOG("too many rounds with nothing in flight");
+			round--;
+			continue;
 		}
+		ret = fgds_vfio_set_memory(&self->v, 0);
+		ASSERT_EQ(0, ret) TH_LOG("memory decode off: %s", strerror(-ret));
+		ret = fgds_vfio_set_memory(&self->v, 1);
+		ASSERT_EQ(0, ret) TH_LOG("memory decode on: %s", strerror(-ret));
+		/* Revoked: the memory is the exporter's again. */
+		ASSERT_EQ(0, host("fill", fresh, BAR_BASE, BUF_LEN));
+		ASSERT_LE(1, pending) TH_LOG("round %d: no read in flight when the revocation began",
+					     round);
 		ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault))
-			TH_LOG("%s: a read ended other than whole or EFAULT", action_name[action]);
-		TH_LOG("%s with %d of %d reads in flight: %d whole, %d EFAULT", action_name[action],
-		       pending, NR_IOS, ok, efault);
+			TH_LOG("round %d: a read ended other than whole or EFAULT", round);
 		io_uring_queue_exit(&ring);
+		EXPECT_EQ(0, host("check", fresh, BAR_BASE, BUF_LEN))
+			TH_LOG("round %d: DMA after the revocation completed", round);
+		total_p += pending;
+		min_p = pending < min_p ? pending : min_p;
+		max_p = pending > max_p ? pending : max_p;
+		whole += ok;
+		faulted += efault;
 
-		if (action == UNREG) {
-			usleep(100000);
-			EXPECT_EQ(0, host("check", 0xabc, BAR_BASE, BUF_LEN));
-		} else {
-			/* runs of slots with the same outcome, one host check each */
-			for (i = 0; i < NR_IOS;) {
-				int j = i;
-
-				while (j < NR_IOS && (res[j] > 0) == (res[i] > 0))
-					j++;
-				EXPECT_EQ(0, host_at("check", res[i] > 0 ? 0x11fe : 0,
-						     BAR_BASE + i * IO_LEN, (j - i) * IO_LEN,
-						     i * IO_LEN));
-				i = j;
-			}
-		}
-		if (action == CLOSE_NODE || action == CLOSE_DMABUF)
-			EXPECT_EQ(NR_IOS, ok);
-		if (node >= 0) {
-			fgds_buf_put(node, &b);
-			close(node);
-		} else {
-			munmap(b.p, BUF_LEN);
-			close(b.dmabuf);
-		}
+		ASSERT_EQ(0, fgds_query(self->node, b.cookie, &info));
+		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+		EXPECT_TRUE(fgds_load_faults(b.p + SZ_64K));
+		fgds_buf_put(self->node, &b);
 	}
+	ksft_print_msg("revocation with I/O in flight: %d rounds, %d to %d of %d reads in flight (%lld in all): %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
+		       round, min_p, max_p, NR_IOS, total_p, whole, faulted, again);
+	EXPECT_EQ(memmap0, fgds_memmap_pages())
+		TH_LOG("revocation: %lld pages of struct pages, %lld before",
+		       fgds_memmap_pages(), memmap0);
+	EXPECT_EQ(0, host("check", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
+	EXPECT_EQ(0, host("check", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 }
 
 struct worker {
@@ -583,6 +787,7 @@ static void *remove_device(void *arg)
 	char path[128];
 
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/remove", u->bdf);
+	note_in_flight(u);
 	u->ret = fgds_sysfs_write(path, "1");
 	return NULL;
 }
@@ -628,10 +833,15 @@ TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
 	ret = fgds_vfio_open_bdf(&v2, bdf2, &why);
 	ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", bdf2, why, strerror(-ret));
 	ASSERT_EQ(0, fgds_buf_get(n2, &v2, 0, BUF_LEN, &b));
-	ret = take_away_under_io(&l, b.p, &v2, remove_device, &u, &why);
+	ret = take_away_under_io(&l, b.p, &v2, remove_device, &u, FGDS_HOST2_DIR, 0, BUF_LEN,
+				 0x6a50, &why);
 	ASSERT_EQ(0, ret) TH_LOG("removal under I/O: %s: %s", why, strerror(-ret));
 	EXPECT_EQ(EFAULT, l.err);
-	TH_LOG("%d whole and %d short reads before the removal", l.ok, l.cut_short);
+	ASSERT_LE(1, u.in_flight) TH_LOG("no read in flight when the removal began");
+	ksft_print_msg("removal with %d of 1 reads in flight: %d whole and %d short reads before\n",
+		       u.in_flight, l.ok, l.cut_short);
+	/* The second stand-in's memory, refilled once the removal was done: no late DMA. */
+	EXPECT_EQ(0, host_in(FGDS_HOST2_DIR, "check", 0x6a50, 0, BUF_LEN));
 
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", bdf2);
 	EXPECT_NE(0, access(path, F_OK)) TH_LOG("%s is still there", path);

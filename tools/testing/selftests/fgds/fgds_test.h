@@ -124,6 +124,27 @@ static inline void fgds_gpu_leftovers(const char *node, long long *bufs, long lo
 	close(fd);
 }
 
+/*
+ * Pages of struct page memory the memory hotplug code allocated
+ * (nr_memmap_pages in /proc/vmstat: memremap_pages() adds the memmap of what
+ * it maps, memunmap_pages() takes it away): a figure of the kernel's, not of
+ * fgds. -1 when it cannot be read.
+ */
+static inline long long fgds_memmap_pages(void)
+{
+	char line[256];
+	long long v = -1;
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "nr_memmap_pages %lld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
 /* A mark in the kernel log: /dev/kmsg opened at its end (an fd), or -errno. */
 static inline int fgds_klog_mark(void)
 {
@@ -138,6 +159,44 @@ static inline int fgds_klog_mark(void)
 		return err;
 	}
 	return fd;
+}
+
+/*
+ * Lines the kernel itself (facility 0; not user space writing to /dev/kmsg)
+ * logged since @mark (from fgds_klog_mark(), which this closes); the first
+ * one goes to @first. Returns their number, or -1 when the log cannot be read.
+ */
+static inline int fgds_kernel_lines_since(int mark, char *first, size_t first_len)
+{
+	char rec[8192];
+	int count = 0;
+	ssize_t n;
+
+	if (first_len)
+		first[0] = 0;
+	if (mark < 0)
+		return -1;
+	for (;;) {
+		n = read(mark, rec, sizeof(rec) - 1);
+		if (n < 0 && (errno == EPIPE || errno == EINTR))
+			continue;
+		if (n <= 0)
+			break;
+		rec[n] = 0;
+		/* "prio,seq,usec,flags;text": prio = facility * 8 + level */
+		if (atoi(rec) < 8) {
+			if (!count++ && first_len) {
+				char *text = strchr(rec, ';');
+
+				snprintf(first, first_len, "%.*s", (int)first_len - 1, text ? text + 1 : rec);
+				first[strcspn(first, "\n")] = 0;
+			}
+		}
+	}
+	if (n < 0 && errno != EAGAIN)
+		count = -1;
+	close(mark);
+	return count;
 }
 
 /*
