@@ -27,6 +27,14 @@
  * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered. The
  * unbinding of the GPU's driver ends its registrations too, before the
  * driver's remove(); registration fails with ENODEV until a driver binds.
+ *
+ * I/O into a mapping fails with EREMOTEIO on a device that cannot do P2P
+ * DMA at all (loop, virtio, md, dm), with EINVAL on one that can but has no
+ * P2P path to the GPU (an NVMe sharing no switch with it behind a host bridge
+ * that is not on the P2PDMA allow list) - the same errno as a misaligned
+ * O_DIRECT request - and nothing reaches the GPU's memory. A read crossing
+ * the end of a file on ext4 or xfs zero-fills the buffer past the returned
+ * count up to the requested length, as it does in host memory.
  */
 #ifndef _UAPI_LINUX_FGDS_H
 #define _UAPI_LINUX_FGDS_H

@@ -21,6 +21,7 @@
 #include "kselftest_harness.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
+#include "fgds_test.h"
 #include "fgds_util.h"
 
 #define SZ_64K (64 * 1024UL)
@@ -291,6 +292,71 @@ TEST_F(api, fork_child_does_not_inherit_mapping)
 	EXPECT_EQ(SIGSEGV, WTERMSIG(status));
 	EXPECT_EQ(0x5a, b.p[0]);
 	fgds_buf_put(self->fd, &b);
+}
+
+/*
+ * madvise() cannot make the mapping inheritable: MADV_DOFORK fails (the
+ * mapping is VM_DONTEXPAND | VM_MIXEDMAP), MADV_DONTFORK is what it is
+ * already, and a child forked after either still has no mapping.
+ */
+TEST_F(api, madvise_cannot_make_mapping_inheritable)
+{
+	struct fgds_buf b;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 32 * SZ_1M, SZ_64K, &b));
+	b.p[0] = 0x5b;
+	EXPECT_EQ(-1, madvise(b.p, SZ_64K, MADV_DOFORK));
+	EXPECT_EQ(EINVAL, errno) TH_LOG("MADV_DOFORK: %s", strerror(errno));
+	EXPECT_EQ(0, madvise(b.p, SZ_64K, MADV_DONTFORK)) TH_LOG("MADV_DONTFORK: %s", strerror(errno));
+	EXPECT_EQ(-1, madvise(b.p, SZ_64K, MADV_DOFORK));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		volatile unsigned char x = b.p[0];	/* not mapped here */
+
+		(void)x;
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status));
+	EXPECT_EQ(SIGSEGV, WTERMSIG(status));
+	EXPECT_EQ(0x5b, b.p[0]);
+	fgds_buf_put(self->fd, &b);
+}
+
+/*
+ * fgds says nothing when things work: registering, mapping, faulting, I/O
+ * into the mapping, QUERY, UNREG, munmap and close leave the kernel log as
+ * it was.
+ */
+TEST_F(api, success_paths_log_nothing)
+{
+	const char *raw = getenv("FGDS_RAW");
+	struct fgds_buffer_info info;
+	char first[256];
+	struct fgds_buf b;
+	int mark, dev, node, lines;
+
+	if (!raw)
+		SKIP(return, "FGDS_RAW not set: run in the fgds VM");
+	mark = fgds_klog_mark();
+	ASSERT_LE(0, mark) TH_LOG("/dev/kmsg: %s", strerror(-mark));
+	node = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, node);
+	ASSERT_EQ(0, fgds_buf_get(node, &self->v, 36 * SZ_1M, SZ_1M, &b));
+	b.p[0] = 1;
+	dev = open(raw, O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, dev);
+	EXPECT_EQ((ssize_t)SZ_1M, pwrite(dev, b.p, SZ_1M, 900 * SZ_1M));
+	EXPECT_EQ((ssize_t)SZ_1M, pread(dev, b.p, SZ_1M, 900 * SZ_1M));
+	close(dev);
+	EXPECT_EQ(0, fgds_query(node, b.cookie, &info));
+	fgds_buf_put(node, &b);
+	close(node);
+	lines = fgds_kernel_lines_since(mark, first, sizeof(first));
+	EXPECT_EQ(0, lines) TH_LOG("the kernel logged %d lines, the first: %s", lines, first);
 }
 
 TEST_F(api, cpu_loads_and_stores_reach_vram)

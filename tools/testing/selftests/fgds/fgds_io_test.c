@@ -336,6 +336,57 @@ TEST(no_p2p_device_is_refused)
 }
 
 /*
+ * An NVMe that can do P2P DMA but shares no switch with the GPU (its own
+ * root port; the host bridge is not on the P2PDMA allow list): GUP lets the
+ * pages through, the block layer's DMA mapping refuses them, and every
+ * request fails with EINVAL; the BAR and the disk are untouched.
+ */
+TEST(nvme_without_a_p2p_path_is_refused)
+{
+	const char *far = getenv("FGDS_FAR");
+	const uint64_t bar_off = 484 * SZ_1M;
+	struct io_uring_cqe *cqe;
+	struct io_uring ring;
+	struct fgds_vfio v;
+	struct fgds_buf b;
+	struct iovec iov[2];
+	const char *why;
+	int fd, dev;
+
+	if (!far)
+		SKIP(return, "FGDS_FAR not set: run in the fgds VM");
+	fd = open(FGDS_NODE, O_RDWR);
+	ASSERT_LE(0, fd) TH_LOG(FGDS_NODE ": %s", strerror(errno));
+	ASSERT_EQ(0, fgds_vfio_open(&v, &why));
+	ASSERT_EQ(0, fgds_buf_get(fd, &v, bar_off, SZ_1M, &b));
+	host_fill(_metadata, 0x710, bar_off, SZ_1M, 0);
+	dev = open(far, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, dev);
+	ASSERT_EQ(0, fgds_put_pattern(dev, 0, SZ_1M, 0x711));
+	EXPECT_EQ(-1, pread(dev, b.p, SZ_1M, 0));
+	EXPECT_EQ(EINVAL, errno) TH_LOG("pread: %s", strerror(errno));
+	EXPECT_EQ(-1, pwrite(dev, b.p, SZ_1M, 0));
+	EXPECT_EQ(EINVAL, errno) TH_LOG("pwrite: %s", strerror(errno));
+	iov[0] = (struct iovec){ b.p, SZ_64K };
+	iov[1] = (struct iovec){ b.p + SZ_64K, SZ_64K };
+	EXPECT_EQ(-1, preadv(dev, iov, 2, 0));
+	EXPECT_EQ(EINVAL, errno) TH_LOG("preadv: %s", strerror(errno));
+	ASSERT_EQ(0, io_uring_queue_init(4, &ring, 0));
+	io_uring_prep_read(io_uring_get_sqe(&ring), dev, b.p, SZ_64K, 0);
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+	EXPECT_EQ(-EINVAL, cqe->res) TH_LOG("io_uring READ: %d", cqe->res);
+	io_uring_cqe_seen(&ring, cqe);
+	io_uring_queue_exit(&ring);
+	host_check(_metadata, 0x710, bar_off, SZ_1M, 0);
+	EXPECT_EQ(-1, get_pattern_cmp(dev, 0, SZ_1M, 0x711));
+	close(dev);
+	fgds_buf_put(fd, &b);
+	fgds_vfio_close(&v);
+	close(fd);
+}
+
+/*
  * Buffered I/O (no O_DIRECT) and tmpfs, which implements O_DIRECT by copying,
  * are not peer to peer: the kernel copies with the CPU through the mapping,
  * which works (uncached BAR access) and is documented so. Checked here so the
