@@ -13,9 +13,10 @@
  * on a torn-down registration. At the end: iterations, errnos seen, kernel
  * reports (must be 0), registrations and struct pages left (must be 0).
  *
- * FGDS_FUZZ_SEED (default 1), FGDS_FUZZ_SECONDS (default 40) and
- * FGDS_FUZZ_ITERS (default unbounded) set the run; the seed and the number of
- * iterations done are printed, and reproduce the same sequence.
+ * FGDS_FUZZ_SEED (default 1), FGDS_FUZZ_ITERS (default 100,000, which a
+ * default run must reach) and FGDS_FUZZ_SECONDS (default 300, a bound) set
+ * the run; the seed and the number of iterations done are printed, and
+ * reproduce the same sequence.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -478,6 +479,9 @@ FIXTURE_TEARDOWN(run)
 {
 }
 
+/* Iterations of a default run (each one call: ioctl, mmap, I/O, fork, revocation...). */
+#define FUZZ_MIN_ITERS 100000
+
 /* Bounded by its own clock; the harness's limit only catches a hang. */
 TEST_F_TIMEOUT(run, fuzz, 900)
 {
@@ -485,8 +489,8 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 		   *iters_env = getenv("FGDS_FUZZ_ITERS"), *raw = getenv("FGDS_RAW"), *why;
 	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
 	uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
-	double secs = secs_env ? atof(secs_env) : 40, t0;
-	uint64_t iters = iters_env ? strtoull(iters_env, NULL, 0) : ~0ULL, it, bad = 0;
+	double secs = secs_env ? atof(secs_env) : 300, t0;
+	uint64_t iters = iters_env ? strtoull(iters_env, NULL, 0) : FUZZ_MIN_ITERS, it, bad = 0;
 	long long left_bufs = 0, left_pages = 0;
 	int mark, reports, i, op, err, fd;
 	struct udmabuf_create uc = { 0 };
@@ -588,6 +592,9 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 	EXPECT_EQ(0, left_bufs);
 	EXPECT_EQ(0, left_pages);
 	EXPECT_EQ(0, reports);
+	/* Unless told otherwise, the run is FUZZ_MIN_ITERS calls; the clock only bounds it. */
+	if (!iters_env && !secs_env)
+		EXPECT_LE(FUZZ_MIN_ITERS, it) TH_LOG("the clock stopped the run early");
 	EXPECT_LT(1000, it) TH_LOG("too few iterations to mean anything");
 }
 
