@@ -1,208 +1,434 @@
+"""fgds.lmcache against the real lmcache package (0.5.6): LMCache's own
+config loader, StorageManager, LocalCPUBackend, plugin L2 adapter factory,
+keys and memory objects. run-tests.sh installs lmcache;
+FGDS_SKIP_LMCACHE=1 (or FGDS_PY_TORCH=0) skips these tests."""
+
+import asyncio
 import json
 import os
-import select
+import re
+import signal
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 
-import fgds
-from fgds.lmcache import Bitmap, FgdsBackend, FgdsL2Adapter, L2StoreResult, key_to_str
+if os.environ.get("FGDS_SKIP_LMCACHE") == "1" or os.environ.get("FGDS_PY_TORCH") == "0":
+    pytest.skip("FGDS_SKIP_LMCACHE=1 or FGDS_PY_TORCH=0: lmcache not installed", allow_module_level=True)
+
+import torch  # noqa: E402
+
+import fgds.lmcache as fl  # noqa: E402
+from lmcache_util import (  # noqa: E402
+    allocator, chunk, data, engine, fill, key, l1_obj, l2_adapter, load, lookup, okey, store,
+    wait_stored,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+README = os.path.join(HERE, "..", "README.md")
+CHUNK = 2 * 2 * 16 * 2 * 64 * 2  # one chunk of lmcache_util.KV_SHAPE in bf16: 16 KiB
 
 
-class Key:
-    """Shaped like lmcache's ObjectKey."""
-
-    def __init__(self, h, model="m/x", rank=0, group=0, salt=""):
-        self.chunk_hash = bytes([h]) * 8
-        self.model_name, self.kv_rank, self.object_group_id, self.cache_salt = model, rank, group, salt
+def readme_block(heading, lang):
+    text = open(README).read()
+    sec = text.split(heading, 1)[1]
+    return re.search(rf"```{lang}\n(.*?)```", sec, re.S).group(1)
 
 
-class Obj:
-    """Shaped like lmcache's MemoryObj (byte_array is a memoryview)."""
-
-    def __init__(self, arr):
-        self.arr = arr
-        self.byte_array = memoryview(arr).cast("B")
-
-
-def wait_fd(fd, timeout=10):
-    r, _, _ = select.select([fd], [], [], timeout)
-    assert r, "event fd not signalled"
-    os.eventfd_read(fd)
-
-
-def poll_until(fn, fd):
-    while True:
-        wait_fd(fd)
-        r = fn()
-        if r is not None and r != {}:
-            return r
-
-
-def chunk(i, n=100_000):
-    return np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8)
+def config_file(tmp, kv, **extra):
+    """The README's LMCache configuration, with a test path and sizes;
+    ``extra`` sets (None: removes) ``storage_plugin.fgds.<key>`` options."""
+    y = readme_block("### In-process storage plugin", "yaml")
+    y = y.replace("/nvme/lmcache", kv).replace("capacity_gb: 200", "capacity_gb: 0.0001")
+    y = y.replace("chunk_size: 256", "chunk_size: 16").replace("max_local_cpu_size: 20", "max_local_cpu_size: 0.05")
+    for k, v in extra.items():
+        y = re.sub(rf"^  storage_plugin\.fgds\.{k}:.*\n", "", y, flags=re.M)
+        if v is not None:
+            y += f"  storage_plugin.fgds.{k}: {v}\n"
+    p = os.path.join(tmp, f"lmcache-{len(os.listdir(tmp))}.yaml")
+    with open(p, "w") as f:
+        f.write(y)
+    return p
 
 
 @pytest.fixture
-def params(tmpdir_ext4):
-    return {"path": os.path.join(tmpdir_ext4, "kv.slab"), "capacity_bytes": 8 * 131072, "slot_size": 131072}
+def kvdir(tmpdir_ext4):
+    return os.path.join(tmpdir_ext4, "kv")
 
 
-def store(ad, keys, arrs):
-    tid = ad.submit_store_task(keys, [Obj(a) for a in arrs])
-    res = poll_until(ad.pop_completed_store_tasks, ad.get_store_event_fd())
-    return tid, res
+# ------------------------------------------------- in-process plugin
 
 
-def test_bitmap_and_result():
-    b = Bitmap(5)
-    b.set(0), b.set(3)
-    assert b.test(3) and not b.test(1) and b.get_indices_list() == [0, 3] and b.popcount() == 2
-    assert b.count_leading_ones() == 1
-    r = L2StoreResult(True, 10)
-    assert r.is_successful() and r.bytes_transferred() == 10
-    assert not L2StoreResult(False, 0).is_successful()
-    assert key_to_str(Key(1, salt="s")).endswith("@s")
+def test_plugin_loads_from_readme_config(tmpdir_ext4, kvdir):
+    sm = engine(config_file(tmpdir_ext4, kvdir))
+    try:
+        be = sm.storage_backends["fgds"]
+        assert isinstance(be, fl.FgdsBackend) and be.get_allocator_backend() is sm.local_cpu_backend
+        assert be.slab.slot_size == CHUNK  # one full chunk
+        (name,) = [n for n in os.listdir(kvdir) if n.endswith(".slab")]
+        assert name.startswith("fgds-org-SEP-model-x@2@0@bfloat16@")
+    finally:
+        sm.close()
 
 
-def test_store_lookup_load_unlock(params):
-    ad = FgdsL2Adapter(params)
-    fds = {ad.get_store_event_fd(), ad.get_lookup_and_lock_event_fd(), ad.get_load_event_fd()}
-    assert len(fds) == 3
-    keys = [Key(i) for i in range(3)]
-    arrs = [chunk(i) for i in range(3)]
-    tid, res = store(ad, keys, arrs)
-    assert list(res) == [tid] and res[tid].is_successful() and res[tid].bytes_transferred() == 300_000
-
-    lt = ad.submit_lookup_and_lock_task(keys + [Key(9)], {})
-    bm = poll_until(lambda: ad.query_lookup_and_lock_result(lt), ad.get_lookup_and_lock_event_fd())
-    assert [bm.test(i) for i in range(4)] == [True, True, True, False]
-    assert ad.query_lookup_and_lock_result(lt) is None  # only once
-
-    outs = [np.zeros(100_000, np.uint8) for _ in range(3)] + [np.zeros(10, np.uint8)]
-    ld = ad.submit_load_task(keys + [Key(9)], [Obj(o) for o in outs])
-    bm = poll_until(lambda: ad.query_load_result(ld), ad.get_load_event_fd())
-    assert bm.get_indices_list() == [0, 1, 2]
-    for a, o in zip(arrs, outs):
-        assert np.array_equal(a, o)
-    ad.submit_unlock(keys)
-    assert not ad.store.locks
-    st = ad.stats()
-    assert st["write_bytes"] == 300_000 and st["read_bytes"] == 300_000
-    assert st["direct_bytes"] + st["bounce_bytes"] == 600_000
-    ad.close()
+@pytest.mark.parametrize("extra,message", [
+    ({"path": None}, "storage_plugin.fgds.path (a directory) is required"),
+    ({"capacity_gb": "lots"}, "storage_plugin.fgds.capacity_gb must be a number"),
+    ({"slot_size": 1000}, "slot_size 1000 must be a multiple of 4096"),
+    ({"use_direct_io": "false"}, "unknown options ['storage_plugin.fgds.use_direct_io']"),
+    ({"durable": "maybe"}, "storage_plugin.fgds.durable must be true or false"),
+])
+def test_bad_config_stops_lmcache(tmpdir_ext4, kvdir, extra, message):
+    # LMCache's launcher turns an Exception into one log line and runs on
+    # without the backend; FgdsStartupError is not an Exception.
+    with pytest.raises(fl.FgdsStartupError) as e:
+        engine(config_file(tmpdir_ext4, kvdir, **extra))
+    assert message in str(e.value)
 
 
-def test_restart_recovers_index(params):
-    ad = FgdsL2Adapter(params)
-    keys = [Key(i, salt="u1") for i in range(4)]
-    arrs = [chunk(10 + i, 50_000 + i) for i in range(4)]
-    store(ad, keys, arrs)
-    ad.close()
-    with open(params["path"] + ".index.json") as f:
-        idx = json.load(f)
-    assert idx["slot_size"] == 131072 and len(idx["entries"]) == 4
-    ad2 = FgdsL2Adapter({"path": params["path"]})  # capacity/slot from the index
-    assert ad2.store.capacity == params["capacity_bytes"]
-    outs = [np.zeros(50_000 + i, np.uint8) for i in range(4)]
-    ld = ad2.submit_load_task(keys, [Obj(o) for o in outs])
-    bm = poll_until(lambda: ad2.query_load_result(ld), ad2.get_load_event_fd())
-    assert bm.get_indices_list() == [0, 1, 2, 3]
-    for a, o in zip(arrs, outs):
-        assert np.array_equal(a, o)
-    # new stores do not overwrite recovered slots
-    store(ad2, [Key(50)], [chunk(50)])
-    slots = [s for s, _ in ad2.store.entries.values()]
-    assert len(slots) == len(set(slots)) == 5
-    ad2.close()
+def test_old_readme_keys_are_named(tmpdir_ext4, kvdir):
+    p = config_file(tmpdir_ext4, kvdir)
+    with open(p, "a") as f:
+        f.write("  fgds_path: /nvme/lmcache\n  external_backend.fgds.module_path: fgds.lmcache\n")
+    with pytest.raises(fl.FgdsStartupError) as e:
+        engine(p)
+    assert "['external_backend.fgds.module_path', 'fgds_path'] are not read" in str(e.value)
+    assert "storage_plugin.fgds.path" in str(e.value)
 
 
-def test_eviction_respects_locks_and_too_big(params):
-    ad = FgdsL2Adapter(params)  # 8 slots
-    keys = [Key(i) for i in range(8)]
-    store(ad, keys, [chunk(i, 1000) for i in range(8)])
-    lt = ad.submit_lookup_and_lock_task(keys[:1], {})
-    poll_until(lambda: ad.query_lookup_and_lock_result(lt), ad.get_lookup_and_lock_event_fd())
-    store(ad, [Key(100)], [chunk(100, 1000)])
-    assert ad.store.contains(key_to_str(keys[0]))  # locked: kept
-    assert not ad.store.contains(key_to_str(keys[1]))  # LRU unlocked: evicted
-    tid, res = store(ad, [Key(101)], [chunk(101, 200_000)])  # > slot size
-    assert not res[tid].is_successful()
-    ad.delete([keys[0]])
-    assert not ad.store.contains(key_to_str(keys[0]))
-    ad.close()
+def test_on_error_skip_leaves_lmcache_running(tmpdir_ext4, kvdir):
+    sm = engine(config_file(tmpdir_ext4, kvdir, on_error="skip", path=None))
+    try:
+        assert list(sm.storage_backends) == ["LocalCPUBackend"]
+    finally:
+        sm.close()
 
 
-def test_fallback_stats_visible(params):
-    ad = FgdsL2Adapter(params)
-    store(ad, [Key(1)], [chunk(1, 4096)])
-    st = ad.report_status()
-    assert st["is_healthy"] and st["entries"] == 1
-    # a memoryview of numpy memory is not page aligned -> some bytes bounce
-    assert st["fgds"]["direct_bytes"] + st["fgds"]["bounce_bytes"] == 4096
-    ad.close()
-    assert not ad.report_status()["is_healthy"]
-    ad2 = FgdsL2Adapter(dict(params, path=params["path"] + "2", direct=False))
-    store(ad2, [Key(2)], [chunk(2, 8192)])
-    st = ad2.stats()
-    assert st["direct_bytes"] == 0 and st["bounce_bytes"] == 8192 and st["fallbacks"] >= 1
-    ad2.close()
-
-
-class Cfg:
-    def __init__(self, d):
-        self.extra_config = d
-
-
-class Meta:
-    shape, dtype, fmt = (1000,), "uint8", 0
-
-
-class MemObj(Obj):
-    def __init__(self, arr):
-        super().__init__(arr)
-        self.metadata = Meta()
-        self.refs = 0
-
-    def ref_count_up(self):
-        self.refs += 1
-
-    def ref_count_down(self):
-        self.refs -= 1
-
-
-class Alloc:
-    def allocate(self, shape, dtype, fmt):
-        return MemObj(np.zeros(shape, np.uint8))
-
-
-def test_legacy_backend(tmpdir_ext4):
-    cfg = Cfg({
-        "external_backend.fgds.fgds_path": tmpdir_ext4,
-        "external_backend.fgds.fgds_buffer_size": 4096,
-        "external_backend.fgds.fgds_capacity_gb": 0.001,
-        "disk_io_threads": 2,
-        "use_direct_io": False,
-    })
-    be = FgdsBackend(config=cfg, metadata=None, loop=None, memory_allocator=Alloc(),
-                     local_cpu_backend=None, dst_device="cpu", lookup_server=None)
-    objs = [MemObj(chunk(i, 1000)) for i in range(3)]
-    done = []
-    futs = be.batched_submit_put_task(["k0", "k1", "k2"], objs, on_complete_callback=done.append)
-    assert all(f.result() for f in futs)
-    assert sorted(done) == ["k0", "k1", "k2"] and all(o.refs == 0 for o in objs)
-    assert be.contains("k1") and not be.contains("nope") and not be.exists_in_put_tasks("k1")
-    got = be.get_blocking("k1")
-    assert np.array_equal(got.arr, objs[1].arr)
-    assert np.array_equal(be.get_non_blocking("k2").result().arr, objs[2].arr)
-    assert be.get_blocking("nope") is None
-    assert be.pin("k0") and be.unpin("k0")
-    assert be.remove("k0") and not be.contains("k0")
+def test_store_lookup_load_evict_restart(tmpdir_ext4, kvdir):
+    cfg = config_file(tmpdir_ext4, kvdir, capacity_gb=None, capacity_bytes=4 * CHUNK)
+    sm = engine(cfg)
+    be = sm.storage_backends["fgds"]
+    keys = [key(h) for h in range(6)]
+    objs = [chunk(sm, h) for h in range(6)]
+    sm.batched_put(keys[:4], [o for o, _ in objs[:4]])
+    wait_stored(be, keys[:4])
+    assert sm.contains(keys[1], search_range=["fgds"]) == "fgds"
+    got = sm.get(keys[1], location="fgds")
+    assert data(got) == objs[1][1] and got.metadata.shapes == sm.metadata.get_shapes()
+    got.ref_count_down()
+    assert be.pin(keys[0])  # pinned: never evicted
+    sm.batched_put(keys[4:], [o for o, _ in objs[4:]])  # slab full: LRU unpinned go
+    wait_stored(be, keys[4:])
+    # LRU order was 0 (pinned), 2, 3, 1 (read last)
+    assert [be.contains(k) for k in keys] == [True, True, False, False, True, True]
+    assert be.unpin(keys[0]) and not be.unpin(keys[3])
+    got = sm.batched_get([keys[5], keys[3], keys[0]], location="fgds")
+    assert data(got[0]) == objs[5][1] and got[1] is None and data(got[2]) == objs[0][1]
+    assert be.remove(keys[1]) and not be.contains(keys[1]) and not be.remove(keys[2])
+    assert be.get_blocking(keys[1]) is None
     st = be.stats()
-    assert st["direct_bytes"] == 0 and st["bounce_bytes"] > 0  # use_direct_io False
-    be.close()
-    be2 = FgdsBackend(config=cfg, memory_allocator=Alloc())
-    assert be2.contains("k1") and not be2.contains("k0")
-    be2.close()
-    with pytest.raises(ValueError):
-        FgdsBackend(config=Cfg({}))
+    assert st["entries"] == 3 and st["used_bytes"] == 3 * CHUNK and st["host_bytes"] > 0
+    assert st["direct_bytes"] + st["bounce_bytes"] == st["read_bytes"] + st["write_bytes"]
+    sm.close()
+
+    sm = engine(cfg)  # restart: same worker, same files
+    be = sm.storage_backends["fgds"]
+    try:
+        assert [be.contains(k) for k in keys] == [True, False, False, False, True, True]
+        for h in (0, 4, 5):
+            got = be.get_blocking(keys[h])
+            assert data(got) == objs[h][1]
+            got.ref_count_down()
+        assert be.stats()["used_bytes"] == 3 * CHUNK
+    finally:
+        sm.close()
+
+
+def test_async_contains_and_get(tmpdir_ext4, kvdir):
+    sm = engine(config_file(tmpdir_ext4, kvdir))
+    be = sm.storage_backends["fgds"]
+    try:
+        keys = [key(h) for h in range(3)]
+        objs = [chunk(sm, h) for h in range(3)]
+        futs = be.batched_submit_put_task(keys[:2], [o for o, _ in objs[:2]])
+        assert all(f.result() == [True, True] for f in futs)
+        # LMCache's async lookup: prefix hits, pinned, then loaded
+        assert asyncio.run(be.batched_async_contains("L1", keys, pin=True)) == 2
+        got = asyncio.run(be.batched_get_non_blocking("L1", keys[:2]))
+        assert [data(o) for o in got] == [objs[0][1], objs[1][1]]
+        assert all(be.unpin(k) for k in keys[:2]) and not be.slab.pins
+        assert asyncio.run(be.batched_async_contains("L2", [keys[2], keys[0]])) == 0
+    finally:
+        sm.close()
+
+
+def test_workers_models_dtypes_never_mix(tmpdir_ext4, kvdir):
+    """Two workers of one TP group, another dtype, another layout and another
+    model, all in one directory, with the same chunk hashes: each reads back
+    only its own KV (fails on the backend before issue 18: every worker
+    shared one slab and keys without worker id or dtype)."""
+    cfg = config_file(tmpdir_ext4, kvdir)
+    who = [dict(worker_id=0), dict(worker_id=1), dict(worker_id=0, dtype=torch.float16),
+           dict(worker_id=0, kv_shape=(4, 2, 16, 2, 32)), dict(worker_id=0, model="org/other")]
+    sms = [engine(cfg, **w) for w in who]
+    try:
+        stored = []
+        for i, (sm, w) in enumerate(zip(sms, who)):
+            kw = {k: v for k, v in w.items() if k in ("worker_id", "dtype", "model")}
+            ks = [key(h, **kw) for h in range(3)]
+            objs = [chunk(sm, 100 * i + h) for h in range(3)]
+            sm.batched_put(ks, [o for o, _ in objs])
+            stored.append((ks, [d for _, d in objs]))
+        for (ks, _), sm in zip(stored, sms):
+            wait_stored(sm.storage_backends["fgds"], ks)
+        assert len([n for n in os.listdir(kvdir) if n.endswith(".slab")]) == 5
+        for i, sm in enumerate(sms):
+            be = sm.storage_backends["fgds"]
+            own = dict(zip(*stored[i]))
+            for ks, _ in stored:
+                for k in ks:
+                    got = be.get_blocking(k)
+                    if k in own:  # the layout variant has worker 0's keys, in its own slab
+                        assert be.contains(k) and got is not None and data(got) == own[k]
+                        got.ref_count_down()
+                    else:
+                        assert not be.contains(k) and got is None
+    finally:
+        for sm in sms:
+            sm.close()
+
+
+def test_second_process_on_same_slab_is_refused(tmpdir_ext4, kvdir):
+    cfg = config_file(tmpdir_ext4, kvdir)
+    sm = engine(cfg)
+    try:
+        with pytest.raises(fl.FgdsStartupError, match="in use by another process"):
+            engine(cfg)  # the same worker twice (a second open of the same files)
+    finally:
+        sm.close()
+
+
+def test_restart_drops_entries_not_on_disk(tmpdir_ext4, kvdir):
+    cfg = config_file(tmpdir_ext4, kvdir, capacity_gb=None, capacity_bytes=4 * CHUNK)
+    sm = engine(cfg)
+    be = sm.storage_backends["fgds"]
+    keys = [key(h) for h in range(2)]
+    objs = [chunk(sm, h) for h in range(2)]
+    sm.batched_put(keys, [o for o, _ in objs])
+    wait_stored(be, keys)
+    slots = {k: be.slab.get(k.to_string()).slot for k in keys}
+    slab = be.slab.path
+    sm.close()
+    # the slab loses its tail (the entry in the higher slot), the journal a torn line
+    last = max(slots, key=slots.get)
+    os.truncate(slab, slots[last] * CHUNK + 100)
+    with open(slab + ".journal", "ab") as f:
+        f.write(b'0badc0de {"t":"put","k":"x","s":1')
+    sm = engine(cfg)
+    be = sm.storage_backends["fgds"]
+    try:
+        for k in keys:
+            got = be.get_blocking(k)
+            assert be.contains(k) == (got is not None)  # contains and get agree
+            assert (got is not None) == (k != last)
+            if got is not None:
+                assert data(got) == objs[keys.index(k)][1]
+                got.ref_count_down()
+    finally:
+        sm.close()
+
+
+# ----------------------------------------------------------- MP mode
+
+
+def mp_params(tmp, **kw):
+    p = json.loads(readme_block("### Multi-process mode: L2 adapter", "json"))["adapter_params"]
+    p.update(path=os.path.join(tmp, "kv.slab"), **kw)
+    p.pop("capacity_gb")
+    p.setdefault("capacity_bytes", 4 * CHUNK)
+    p["slot_size"] = CHUNK
+    return p
+
+
+def test_l2_adapter_from_readme_spec(tmpdir_ext4):
+    spec = json.loads(readme_block("### Multi-process mode: L2 adapter", "json"))
+    assert spec["type"] == "plugin" and spec["class_name"] == "FgdsL2Adapter"
+    ad = l2_adapter(mp_params(tmpdir_ext4))
+    try:
+        assert isinstance(ad, fl.FgdsL2Adapter) and ad.supports_global_eviction
+        assert len({ad.get_store_event_fd(), ad.get_lookup_and_lock_event_fd(), ad.get_load_event_fd()}) == 3
+    finally:
+        ad.close()
+    with pytest.raises(ValueError, match=r"unknown adapter_params \['capacity'\]"):
+        l2_adapter(dict(mp_params(tmpdir_ext4), capacity=5))
+    with pytest.raises(ValueError, match="adapter_params.path"):
+        l2_adapter({})
+
+
+def test_l2_store_lookup_load_evict_restart(tmpdir_ext4):
+    params = mp_params(tmpdir_ext4)
+    alloc = allocator()
+    ad = l2_adapter(params)
+    keys = [okey(h, rank=h % 2) for h in range(6)]
+    objs = [l1_obj(alloc, CHUNK, seed=h) for h in range(6)]
+    r = store(ad, keys[:3], [o for o, _ in objs[:3]])
+    assert r.is_successful() and r.bytes_transferred() == 3 * CHUNK
+    assert lookup(ad, keys[:4]) == [True, True, True, False]  # locks 0..2
+    outs = [l1_obj(alloc, CHUNK)[0] for _ in range(4)]
+    assert load(ad, keys[:4], outs) == [True, True, True, False]
+    assert [data(o) for o in outs[:3]] == [d for _, d in objs[:3]]
+    wrong = l1_obj(alloc, CHUNK, dtype=torch.float16)[0]  # another layout: a miss
+    assert load(ad, [keys[0]], [wrong]) == [False]
+    ad.submit_unlock(keys[1:3])  # 0 stays locked
+    assert store(ad, keys[3:], [o for o, _ in objs[3:]]).is_successful()  # evicts 1, 2
+    assert lookup(ad, keys) == [True, False, False, True, True, True]
+    ad.submit_unlock(keys)
+    ad.submit_unlock(keys[:1])
+    page = ad.list_l2_keys(page_size=2)
+    rest = ad.list_l2_keys(page_size=10, cursor=page.next_page_token)
+    listed = {e.key.to_object_key() for e in page.entries + rest.entries}
+    assert listed == {keys[i] for i in (0, 3, 4, 5)} and rest.next_page_token is None
+    assert {e.size_bytes for e in page.entries + rest.entries} == {CHUNK}
+    assert len(ad.list_l2_keys(model_name="nope").entries) == 0
+    ad.delete([keys[3]])
+    ad.close()
+
+    ad = l2_adapter({k: v for k, v in params.items() if k != "slot_size"})  # the journal knows
+    try:
+        outs = [l1_obj(alloc, CHUNK)[0] for _ in range(6)]
+        assert load(ad, keys, outs) == [True, False, False, False, True, True]
+        for i in (0, 4, 5):
+            assert data(outs[i]) == objs[i][1]
+    finally:
+        ad.close()
+
+
+class Listener:
+    def __init__(self):
+        self.stored, self.deleted = [], []
+
+    def on_l2_keys_stored(self, keys, sizes):
+        self.stored += keys
+
+    def on_l2_keys_accessed(self, keys):
+        pass
+
+    def on_l2_keys_deleted(self, keys):
+        self.deleted += keys
+
+
+def bytes_on_disk(ad):
+    """Slot bytes of the live entries, each checked against the slab."""
+    slab = ad.slab
+    with open(slab.path, "rb") as f:
+        for k, e in slab.entries.items():
+            f.seek(e.slot * slab.slot_size)
+            assert len(f.read(e.n)) == e.n
+    return len(slab.entries) * slab.slot_size
+
+
+def test_l2_usage_equals_bytes_on_disk(tmpdir_ext4):
+    params = mp_params(tmpdir_ext4)
+    alloc = allocator()
+    ad = l2_adapter(params)
+    lis = Listener()
+    ad.register_listener(lis)
+    keys = [okey(h, salt="u1" if h % 2 else "") for h in range(7)]
+    for h in range(6):  # 4 slots: 2 evictions
+        assert store(ad, [keys[h]], [l1_obj(alloc, CHUNK, seed=h)[0]]).is_successful()
+    # an overwrite with other bytes (a partial chunk), and a re-store of the same
+    assert store(ad, [keys[5]], [l1_obj(alloc, CHUNK // 2, seed=50)[0]]).is_successful()
+    assert store(ad, [keys[4]], [l1_obj(alloc, CHUNK, seed=4)[0]]).bytes_transferred() == 0
+    # the overwrite went to a new slot (evicting LRU keys[2]) and freed the old one
+    u = ad.get_usage()
+    assert u.total_bytes_used == bytes_on_disk(ad) == 3 * CHUNK and u.usage_fraction == 0.75
+    assert dict(u.bytes_by_cache_salt) == {"": CHUNK, "u1": 2 * CHUNK}
+    assert lis.deleted == [keys[0], keys[1], keys[2], keys[5]]
+    assert lis.stored == keys[:6] + [keys[5]]
+    ad.delete([keys[3]])
+    assert ad.get_usage().total_bytes_used == bytes_on_disk(ad) == 2 * CHUNK
+    out = l1_obj(alloc, CHUNK // 2)[0]
+    assert load(ad, [keys[5]], [out]) == [True] and data(out) == fill(l1_obj(alloc, CHUNK // 2)[0], 50)
+    ad.close()
+
+    ad = l2_adapter(params)
+    try:
+        lis = Listener()
+        ad.register_listener(lis)  # told about what is on disk
+        u = ad.get_usage()
+        assert u.total_bytes_used == bytes_on_disk(ad) == 2 * CHUNK
+        assert set(lis.stored) == {keys[4], keys[5]}
+        assert ad.report_status()["current_size_bytes"] == 2 * CHUNK
+    finally:
+        ad.close()
+
+
+@pytest.mark.parametrize("mode", ["none", "reserved", "half", "written"])
+def test_sigkill_mid_store_leaves_consistent_index(tmpdir_ext4, mode):
+    """A child process stores 1 MiB chunks into 4 slots in a loop and is
+    killed with SIGKILL in the store of chunk 6: as it starts ("none"), or
+    once it has taken a slot ("reserved"), written half the chunk ("half"),
+    or all of it but not yet journaled it ("written"). Reopened, lookups and
+    loads agree, every entry reads back its own bytes, the chunk being stored
+    is a miss (but for "none", where it may have finished), and usage equals
+    the bytes on disk."""
+    path = os.path.join(tmpdir_ext4, "kv.slab")
+    target = 6
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "lmcache_child.py"), path, mode, str(target)],
+        stdout=subprocess.PIPE, text=True, cwd=HERE)
+    want = f"writing {target}" if mode == "none" else f"at {mode} {target}"
+    try:
+        for line in child.stdout:
+            if line.strip() == want:
+                os.kill(child.pid, signal.SIGKILL)
+                break
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    sys.path.insert(0, HERE)
+    import lmcache_child
+
+    ad = l2_adapter(lmcache_child.params(path))
+    try:
+        alloc = allocator()
+        hits = []
+        for h in range(target + 1):
+            out = l1_obj(alloc, lmcache_child.SIZE)[0]
+            hit = lookup(ad, [okey(h)])[0]
+            assert hit == load(ad, [okey(h)], [out])[0]  # lookup and load agree
+            if hit:
+                hits.append(h)
+                assert data(out) == lmcache_child.expected(h), f"chunk {h} is not its own"
+        if mode == "none":
+            assert hits in ([2, 3, 4, 5], [3, 4, 5, 6])
+        else:  # chunk 2 was evicted to make room, 6 never committed
+            assert hits == [3, 4, 5]
+        assert ad.get_usage().total_bytes_used == bytes_on_disk(ad) == len(hits) * lmcache_child.SLOT
+    finally:
+        ad.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_l2_gpu_resident_chunks_round_trip(tmpdir_ext4):
+    """KV chunks in GPU memory go to the slab through fgds's GPU buffers
+    (peer to peer where the fgds module serves the GPU)."""
+    from lmcache.v1.memory_allocators.tensor_memory_allocator import TensorMemoryAllocator
+
+    galloc = TensorMemoryAllocator(torch.empty(16 << 20, dtype=torch.uint8, device="cuda"))
+    ad = l2_adapter(mp_params(tmpdir_ext4))
+    try:
+        keys = [okey(h) for h in range(3)]
+        objs = [galloc.allocate([torch.Size([2, CHUNK // 4])], [torch.bfloat16]) for _ in keys]
+        for h, o in enumerate(objs):
+            o.raw_data.view(torch.uint8)[:CHUNK].random_(0, 256, generator=None)
+        torch.cuda.synchronize()
+        assert store(ad, keys, objs).is_successful()
+        outs = [galloc.allocate([torch.Size([2, CHUNK // 4])], [torch.bfloat16]) for _ in keys]
+        assert load(ad, keys, outs) == [True] * 3
+        for a, b in zip(objs, outs):
+            assert torch.equal(a.raw_data[:CHUNK], b.raw_data[:CHUNK])
+        assert ad.stats()["gpu_bytes"] == 6 * CHUNK
+    finally:
+        ad.close()
