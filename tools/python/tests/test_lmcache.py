@@ -128,6 +128,9 @@ def test_store_lookup_load_evict_restart(tmpdir_ext4, kvdir):
     assert be.get_blocking(keys[1]) is None
     st = be.stats()
     assert st["entries"] == 3 and st["used_bytes"] == 3 * CHUNK and st["host_bytes"] > 0
+    from lmcache.observability import LMCStatsMonitor  # LMCache's own gauge
+
+    assert LMCStatsMonitor.GetOrCreate().local_storage_usage_bytes == 3 * CHUNK
     assert st["direct_bytes"] + st["bounce_bytes"] == st["read_bytes"] + st["write_bytes"]
     sm.close()
 

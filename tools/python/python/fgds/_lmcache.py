@@ -962,6 +962,18 @@ class FgdsBackend(StoragePluginInterface):
         self._pool = ThreadPoolExecutor(max_workers=o["num_workers"], thread_name_prefix="fgds-lmc")
         self._mu = threading.Lock()
         self._put = set()
+        # LMCache's own gauge of local storage (lmcache:local_storage_usage),
+        # as its LocalDiskBackend sets it; left to that backend when enabled.
+        self._usage_gauge = None
+        if not config.local_disk:
+            from lmcache.observability import LMCStatsMonitor
+
+            self._usage_gauge = LMCStatsMonitor.GetOrCreate().update_local_storage_usage
+        self._report_usage()
+
+    def _report_usage(self):
+        if self._usage_gauge is not None:
+            self._usage_gauge(self.slab.used_bytes())
 
     @staticmethod
     def _layout_digest(md):
@@ -1053,6 +1065,7 @@ class FgdsBackend(StoragePluginInterface):
                             cb(todo[i][0])
                         except Exception:
                             logger.exception("on_complete_callback failed for %s", todo[i][1])
+            self._report_usage()
             return [s is not None and bool(res.get(i)) for i, s in enumerate(plan)]
         finally:
             with self._mu:
@@ -1127,10 +1140,12 @@ class FgdsBackend(StoragePluginInterface):
         return self.slab.unpin(key.to_string())
 
     def remove(self, key, force=True):
-        return bool(self.slab.remove([key.to_string()], force=force))
+        return self.batched_remove([key], force) == 1
 
     def batched_remove(self, keys, force=True):
-        return len(self.slab.remove([k.to_string() for k in keys], force=force))
+        n = len(self.slab.remove([k.to_string() for k in keys], force=force))
+        self._report_usage()
+        return n
 
     def touch_cache(self):
         return None  # LRU order is kept on every hit
