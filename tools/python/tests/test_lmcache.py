@@ -77,7 +77,7 @@ def test_plugin_loads_from_readme_config(tmpdir_ext4, kvdir):
     ({"slot_size": 1000}, "slot_size 1000 must be a multiple of 4096"),
     ({"use_direct_io": "false"}, "unknown options ['storage_plugin.fgds.use_direct_io']"),
     ({"durable": "maybe"}, "storage_plugin.fgds.durable must be true or false"),
-])
+], ids=["no-path", "capacity", "slot-size", "unknown-option", "durable"])
 def test_bad_config_stops_lmcache(tmpdir_ext4, kvdir, extra, message):
     # LMCache's launcher turns an Exception into one log line and runs on
     # without the backend; FgdsStartupError is not an Exception.
