@@ -128,6 +128,11 @@ fi
 append="console=ttyS0 root=fgdsroot rootfstype=9p ro"
 append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose"
 append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1 printk.devkmsg=on"
+# The tick from the LAPIC's periodic mode, not one-shot TSC deadlines: under
+# multi-threaded TCG a halted vCPU was seen to miss the wake-up of a timer
+# interrupt ("timer wakeup didn't happen"), and a one-shot timer is never
+# raised again, so the vCPU slept on; a periodic one is raised every tick.
+append+=" highres=off lapic=notscdeadline"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg"
 
 boot() {
