@@ -25,6 +25,26 @@ from lmcache_util import (  # noqa: E402
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_lmcache_event_loops():
+    """LMCache's StorageManager runs an asyncio loop in a non-daemon thread
+    ("storage-manager-event-loop"). One whose construction failed (the
+    bad-config tests) is never closed, and its thread kept pytest from
+    exiting after every test had passed. Stop every loop still running once
+    this module is done, and wait for their threads."""
+    yield
+    import gc
+    import threading
+
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.AbstractEventLoop) and obj.is_running():
+            obj.call_soon_threadsafe(obj.stop)
+    for t in threading.enumerate():
+        if t.name == "storage-manager-event-loop":
+            t.join(timeout=30)
+            assert not t.is_alive(), "an LMCache event loop did not stop"
 README = os.path.join(HERE, "..", "README.md")
 CHUNK = 2 * 2 * 16 * 2 * 64 * 2  # one chunk of lmcache_util.KV_SHAPE in bf16: 16 KiB
 
