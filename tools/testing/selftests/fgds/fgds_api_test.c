@@ -271,23 +271,35 @@ TEST_F(api, cookie_belongs_to_its_open_file)
 	EXPECT_EQ(0, fgds_unreg(self->fd, c));
 }
 
-TEST_F(api, fork_child_does_not_inherit_mapping)
+/*
+ * Forks a child that loads from @p and exits; returns its wait status, or -1
+ * when fork or waitpid failed.
+ */
+static int child_touch(volatile unsigned char *p)
 {
-	struct fgds_buf b;
 	int status;
-	pid_t pid;
+	pid_t pid = fork();
 
-	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 32 * SZ_1M, SZ_64K, &b));
-	b.p[0] = 0x5a;
-	pid = fork();
-	ASSERT_LE(0, pid);
+	if (pid < 0)
+		return -1;
 	if (!pid) {
-		volatile unsigned char x = b.p[0];	/* not mapped here */
+		volatile unsigned char x = p[0];
 
 		(void)x;
 		_exit(0);
 	}
-	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	return waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
+TEST_F(api, fork_child_does_not_inherit_mapping)
+{
+	struct fgds_buf b;
+	int status;
+
+	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 32 * SZ_1M, SZ_64K, &b));
+	b.p[0] = 0x5a;
+	status = child_touch(b.p);
+	ASSERT_NE(-1, status) TH_LOG("fork or waitpid: %s", strerror(errno));
 	EXPECT_TRUE(WIFSIGNALED(status));
 	EXPECT_EQ(SIGSEGV, WTERMSIG(status));
 	EXPECT_EQ(0x5a, b.p[0]);
@@ -303,7 +315,6 @@ TEST_F(api, madvise_cannot_make_mapping_inheritable)
 {
 	struct fgds_buf b;
 	int status;
-	pid_t pid;
 
 	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 32 * SZ_1M, SZ_64K, &b));
 	b.p[0] = 0x5b;
@@ -311,15 +322,8 @@ TEST_F(api, madvise_cannot_make_mapping_inheritable)
 	EXPECT_EQ(EINVAL, errno) TH_LOG("MADV_DOFORK: %s", strerror(errno));
 	EXPECT_EQ(0, madvise(b.p, SZ_64K, MADV_DONTFORK)) TH_LOG("MADV_DONTFORK: %s", strerror(errno));
 	EXPECT_EQ(-1, madvise(b.p, SZ_64K, MADV_DOFORK));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (!pid) {
-		volatile unsigned char x = b.p[0];	/* not mapped here */
-
-		(void)x;
-		_exit(0);
-	}
-	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	status = child_touch(b.p);
+	ASSERT_NE(-1, status) TH_LOG("fork or waitpid: %s", strerror(errno));
 	EXPECT_TRUE(WIFSIGNALED(status));
 	EXPECT_EQ(SIGSEGV, WTERMSIG(status));
 	EXPECT_EQ(0x5b, b.p[0]);
