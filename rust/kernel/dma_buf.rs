@@ -16,7 +16,10 @@ use crate::{
     bindings,
     device::Device,
     dma::DataDirection,
-    error::from_err_ptr,
+    error::{
+        from_err_ptr,
+        to_result, //
+    },
     prelude::*,
     scatterlist::SGTable,
     sync::aref::{
@@ -260,7 +263,6 @@ impl<T: Importer> Locked<'_, T> {
     /// The addresses in the table are DMA addresses for the attached device. The table is
     /// borrowed from `self`: it cannot be used after [`Locked::unmap`], which needs `&mut self`,
     /// nor after the lock is released.
-
     pub fn map(&self) -> Result<&SGTable> {
         // SAFETY: The reservation lock is held (type invariant), which protects `sgt`.
         let sgt = unsafe { &mut *self.inner.sgt.get() };
@@ -278,6 +280,49 @@ impl<T: Importer> Locked<'_, T> {
         // this borrow of `self` lives) and the lock, which `self` holds for its lifetime.
         // SAFETY: See the comment above.
         Ok(unsafe { SGTable::from_raw(*sgt) })
+    }
+
+    /// The memory behind the mapped attachment, as the exporter describes it: physical ranges of
+    /// PCI MMIO, in buffer order, and the device whose P2PDMA provider they belong to
+    /// (`dma_buf_get_phys()`).
+    ///
+    /// Fails with `EINVAL` when the attachment is not mapped ([`Locked::map`] first),
+    /// `EOPNOTSUPP` when the exporter does not describe its memory this way (or the attachment is
+    /// not peer-to-peer) and `ENODEV` when the buffer was revoked. Borrowed from `self` like the
+    /// table of [`Locked::map`]: the exporter keeps the ranges valid, and in place, until it
+    /// invalidates the mapping (which it does with the lock held, so not during the borrow) or
+    /// the attachment is unmapped (which needs `&mut self`).
+    pub fn phys_ranges(&self) -> Result<PhysRanges<'_>> {
+        if !self.is_mapped() {
+            return Err(EINVAL);
+        }
+        let mut provider: *mut bindings::p2pdma_provider = core::ptr::null_mut();
+        let mut phys: *const bindings::phys_vec = core::ptr::null();
+        let mut nr: usize = 0;
+        // `attach` is valid, mapped, and its reservation lock is held (type invariant); the
+        // out-pointers point to locals.
+        // SAFETY: See the comment above.
+        to_result(unsafe {
+            bindings::dma_buf_get_phys(self.attach.as_ptr(), &mut provider, &mut phys, &mut nr)
+        })?;
+        if provider.is_null() || (nr != 0 && phys.is_null()) {
+            return Err(EINVAL);
+        }
+        // On success the exporter hands out a provider whose `owner` is the live device of the
+        // BAR, and `nr` ranges at `phys`, all valid until it invalidates the mapping or the
+        // attachment is unmapped: neither can happen while `self` is borrowed (see above).
+        // SAFETY: See the comment above.
+        let (owner, ranges) = unsafe {
+            (
+                Device::from_raw((*provider).owner),
+                if nr == 0 {
+                    &[][..]
+                } else {
+                    core::slice::from_raw_parts(phys, nr)
+                },
+            )
+        };
+        Ok(PhysRanges { owner, ranges })
     }
 
     /// Whether the attachment is mapped.
@@ -326,6 +371,25 @@ impl<T: Importer> Locked<'_, T> {
             // INVARIANT: the mapping is gone.
             *sgt = core::ptr::null_mut();
         }
+    }
+}
+
+/// The memory behind a mapped attachment: physical ranges of one device's PCI MMIO
+/// ([`Locked::phys_ranges`]).
+pub struct PhysRanges<'a> {
+    owner: &'a Device,
+    ranges: &'a [bindings::phys_vec],
+}
+
+impl PhysRanges<'_> {
+    /// The device whose BAR holds the ranges (the owner of their P2PDMA provider).
+    pub fn owner(&self) -> &Device {
+        self.owner
+    }
+
+    /// The ranges, in buffer order: `(CPU-physical address, length)`.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.ranges.iter().map(|r| (u64::from(r.paddr), r.len as u64))
     }
 }
 
