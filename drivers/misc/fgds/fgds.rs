@@ -56,7 +56,8 @@ use kernel::{
         DmaBuf,
         DynamicAttachment,
         Importer,
-        Locked, //
+        Locked,
+        PhysRanges, //
     },
     fs::{
         file::MappingRef,
@@ -307,13 +308,13 @@ impl Gpu {
         self.state.lock().unbound = false;
     }
 
-    /// Finds the BAR holding bus range `[addr, addr + len)`: `(bar, offset in the BAR)`.
+    /// Finds the BAR holding CPU-physical range `[addr, addr + len)`: `(bar, offset in the BAR)`.
     fn bar_of(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
         (0..6).find_map(|bar| {
             if !self.pdev.bar_is_mem(bar) {
                 return None;
             }
-            let start = self.pdev.bus_address(bar).ok()?;
+            let start = self.pdev.resource_start(bar).ok()?;
             let size = self.pdev.resource_len(bar).ok()?;
             let off = addr.checked_sub(start)?;
             (off < size && len <= size - off).then_some((bar, off))
@@ -433,18 +434,25 @@ impl VmOperations for Buffer {
 }
 
 /// The BAR extents of `[offset, offset + size)` of a mapped dma-buf: `(bar, offset, length)`.
+///
+/// Found from the physical ranges the exporter describes the memory by, never from the DMA
+/// addresses of its mapping: with an IOMMU those are IOVAs, and bus and CPU addresses differ on
+/// many platforms. Memory of another device than this node's GPU is `EXDEV`.
 fn extents(
     gpu: &Gpu,
-    sgt: &kernel::scatterlist::SGTable,
+    phys: &PhysRanges<'_>,
     offset: u64,
     size: u64,
 ) -> Result<KVec<(u32, u64, u64)>> {
+    if !core::ptr::eq(phys.owner(), gpu.pdev.as_ref()) {
+        return Err(EXDEV);
+    }
     let end = offset + size;
     let mut out = KVec::new();
     let mut pos = 0u64;
-    for sg in sgt.iter() {
-        let (start, len) = (pos, sg.dma_len());
-        pos += len;
+    for (addr, len) in phys.iter() {
+        let start = pos;
+        pos = pos.checked_add(len).ok_or(EINVAL)?;
         if pos <= offset {
             continue;
         }
@@ -454,7 +462,7 @@ fn extents(
         let from = start.max(offset);
         let to = pos.min(end);
         let (bar, bar_off) = gpu
-            .bar_of(sg.dma_address() + (from - start), to - from)
+            .bar_of(addr + (from - start), to - from)
             .ok_or(EXDEV)?;
         if !page_aligned(bar_off) || !page_aligned(to - from) {
             return Err(EXDEV);
@@ -671,12 +679,15 @@ impl FgdsFile {
             let locked = attach.lock();
             // Our arguments are checked: an exporter that cannot map the buffer for this GPU
             // (EINVAL, EIO) holds memory this GPU cannot reach.
-            let sgt = locked
+            locked
                 .map()
                 .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
             // The exporter's moves and clears of the memory come before any use of it.
             locked.wait_kernel_fences()?;
-            extents(&self.gpu, sgt, r.offset, r.size)?
+            // `EOPNOTSUPP`: the exporter does not describe its memory as PCI MMIO (system
+            // memory, or a driver without `get_phys()`); `ENODEV`: revoked meanwhile.
+            let phys = locked.phys_ranges()?;
+            extents(&self.gpu, &phys, r.offset, r.size)?
         };
         buf.claim(&ext)?;
         *buf.attach.lock() = Some(attach);

@@ -231,7 +231,7 @@ errnos! {
         "unregister the other registration of these pages first, or wait for the I/O in flight on the buffer to finish";
     EEXIST: "an overlapping buffer is already registered, or the GPU's BAR range already has struct pages made by its own driver (an NVMe CMB's p2pmem, nvidia-uvm's pages over a static BAR1)",
         "deregister the overlapping buffer first; a BAR whose owner made its pages cannot be registered with fgds (fgds check), so let I/O fall back to bounce buffers";
-    EXDEV: "the dma-buf's memory is not in a BAR of this node's GPU (another device's or system memory), or its exporter cannot map it for this GPU",
+    EXDEV: "the dma-buf's memory is in another device's BAR, or its exporter cannot map it for this GPU",
         "register the buffer on the /dev/fgdsN node of the GPU that owns its memory (fgds list)";
     ENODEV: "no fgds device: module not loaded, no GPU bound, GPU removed, or the buffer was revoked by its exporter",
         "load the fgds module and bind the GPU (fgds check says what is missing), or use host memory; without it I/O falls back to bounce buffers unless strict mode is on";
@@ -247,7 +247,7 @@ errnos! {
         "open a /dev/fgdsN node (fgds list)";
     EPROTO: "fgds driver API version mismatch",
         "rebuild and reinstall the fgds module and the library from one tree";
-    EOPNOTSUPP: "the dma-buf's exporter refuses a peer-to-peer importer, or set up no P2PDMA provider for the BAR",
+    EOPNOTSUPP: "the dma-buf's exporter does not describe it as PCI MMIO with a P2PDMA provider (no get_phys(): amdgpu, xe, virtio-gpu and NVIDIA as of Linux 7.2, or system memory), or refuses a peer-to-peer importer; the bounce path serves it",
         "use a GPU driver that exports P2P-capable dma-bufs (fgds check), or let I/O fall back to bounce buffers";
     ETIMEDOUT: "timed out",
         "wait again, or with a longer timeout";

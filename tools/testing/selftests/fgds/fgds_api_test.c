@@ -98,10 +98,10 @@ TEST_F(api, reg_fd_not_dmabuf_is_einval)
 	close(fd);
 }
 
-TEST_F(api, reg_dmabuf_of_other_device_is_exdev)
+TEST_F(api, reg_dmabuf_of_system_memory_is_refused)
 {
 	struct udmabuf_create create = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = SZ_1M };
-	int memfd, dev, dmabuf;
+	int memfd, dev, dmabuf, ret;
 	uint64_t c = 0;
 
 	dev = open("/dev/udmabuf", O_RDWR);
@@ -114,8 +114,14 @@ TEST_F(api, reg_dmabuf_of_other_device_is_exdev)
 	create.memfd = memfd;
 	dmabuf = ioctl(dev, UDMABUF_CREATE, &create);
 	ASSERT_LE(0, dmabuf) TH_LOG("UDMABUF_CREATE: %s", strerror(errno));
-	/* System memory: not in any BAR of the GPU. */
-	EXPECT_EQ(-EXDEV, fgds_reg(self->fd, dmabuf, 0, SZ_64K, &c));
+	/*
+	 * System memory. Where udmabuf can map it for the stand-in, it does
+	 * not describe it as PCI MMIO (no get_phys()): EOPNOTSUPP; where the
+	 * pages lie above the stand-in's 32-bit DMA mask, the map fails: EXDEV.
+	 * Both are documented, neither registers.
+	 */
+	ret = fgds_reg(self->fd, dmabuf, 0, SZ_64K, &c);
+	EXPECT_TRUE(ret == -EOPNOTSUPP || ret == -EXDEV) TH_LOG("REG_BUFFER: %s", strerror(-ret));
 	close(dmabuf);
 	close(memfd);
 	close(dev);
