@@ -178,9 +178,12 @@ fn page_aligned(v: u64) -> bool {
     v % PAGE_SIZE as u64 == 0
 }
 
-/// Whether `pdev` is served by default: a display, 3D or processing-accelerator function.
+/// Whether `pdev` is served by default: a display controller or a processing accelerator.
 fn is_gpu_class(pdev: &pci::Device) -> bool {
-    matches!(pdev.pci_class().as_raw() >> 8, 0x0300 | 0x0302 | 0x1200)
+    let class = pdev.pci_class().as_raw();
+    // Every display controller (0x03xx: VGA, 3D, and "other", as virtio-gpu), and processing
+    // accelerators.
+    class >> 16 == 0x03 || class >> 8 == 0x1200
 }
 
 /// A BAR large enough to hold at least one chunk.
