@@ -20,7 +20,7 @@ cfg=$(fgds_kconfig "${1:-}")
 SRC=$FGDS_ROOT/fgds/linux
 OBJ=$FGDS_ROOT/fgds/kbuild-$cfg
 MODS=$FGDS_ROOT/fgds/mods-$cfg
-OVERLAY_DIRS=(drivers include rust samples Documentation)
+OVERLAY_DIRS=(drivers include lib rust samples Documentation)
 
 cd "$FGDS_TOP"
 tarball=$(ls "$FGDS_ROOT"/usr/src/linux-source-7.2.tar.* | head -n1)

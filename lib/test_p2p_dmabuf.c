@@ -1,0 +1,625 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A test exporter of dma-bufs over a PCI device's BAR, for testing
+ * importers of PCI MMIO (fgds: tools/testing/selftests/fgds/) against the
+ * export patterns of the real GPU drivers, none of which runs on an emulated
+ * device. It binds to a PCI device only through driver_override and exports
+ * ranges of BAR 2 through /dev/test_p2p_dmabuf.
+ *
+ * Each export's flags pick the pattern; the combinations reproduce:
+ *
+ * - DYNAMIC: amdgpu_dma_buf_ops and xe_dmabuf_ops, dynamic exporters with
+ *   pin()/unpin() that move buffers and tell importers through
+ *   dma_buf_invalidate_mappings() (TEST_P2P_DMABUF_IOCTL_MOVE). Without
+ *   DYNAMIC: a static exporter, virtio_gpu_dmabuf_ops (VRAM blobs) and the
+ *   NVIDIA open module's nv-dmabuf.c, or vfio-pci.
+ * - Without SG_PROVIDER: the sg table of amdgpu_vram_mgr_alloc_sgt(),
+ *   xe_ttm_vram_mgr_alloc_sgt() and virtio_gpu_vram_map_dma_buf(), one
+ *   dma_map_resource() of the CPU-physical address of the memory for the
+ *   importing device, with no struct page. With SG_PROVIDER: the sg table of
+ *   vfio_pci_dma_buf_map(), dma_buf_phys_vec_to_sgt() from the BAR's P2PDMA
+ *   provider.
+ * - IOVA: the DMA addresses an IOMMU gives such a dma_map_resource(): not
+ *   the bus address of the BAR (here: offset by TEST_IOVA_OFFSET; nothing
+ *   may DMA to them, and an importer that turns them back into a BAR offset
+ *   finds no BAR).
+ * - PHYS: the exporter describes the buffer by its physical ranges and the
+ *   BAR's provider (dma_buf_get_phys()), as vfio_pci_dma_buf_get_phys()
+ *   does; no driver in Linux 7.2 but vfio-pci has it.
+ * - fence_ms: a kernel fence in the buffer's reservation object at every
+ *   map, signalled fence_ms later, after the memory was filled: the clear
+ *   that amdgpu (AMDGPU_GEM_CREATE_VRAM_CLEARED, amdgpu_fill_buffer()) and
+ *   xe (xe_migrate_clear()) queue on a buffer and publish as a
+ *   DMA_RESV_USAGE_KERNEL fence.
+ *
+ * The module parameter owner_pages_mib makes probe create P2PDMA pages
+ * itself (pci_p2pdma_add_resource()) over the last owner_pages_mib MiB of
+ * BAR 2, as the NVIDIA open module's nvidia-uvm does over all of a static
+ * BAR1 (uvm_devmem.c). Unbinding the driver revokes every buffer, as
+ * vfio_pci_dma_buf_cleanup() does, and waits until every importer has
+ * unmapped.
+ */
+
+#include <linux/delay.h>
+#include <linux/dma-buf.h>
+#include <linux/dma-buf-mapping.h>
+#include <linux/dma-fence.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/file.h>
+#include <linux/io.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+
+#include "test_p2p_dmabuf_uapi.h"
+
+MODULE_IMPORT_NS("DMA_BUF");
+
+#define TEST_BAR		2
+#define TEST_IOVA_OFFSET	(1ULL << 52)
+
+static unsigned int owner_pages_mib;
+module_param(owner_pages_mib, uint, 0444);
+MODULE_PARM_DESC(owner_pages_mib,
+		 "MiB at the end of BAR 2 given P2PDMA pages at probe, as nvidia-uvm does for a static BAR1");
+
+struct test_dev {
+	struct pci_dev *pdev;
+	struct p2pdma_provider *provider;
+	phys_addr_t bar_start;
+	resource_size_t bar_len;
+	struct mutex lock;		/* protects bufs */
+	struct list_head bufs;
+};
+
+struct test_buf {
+	struct dma_buf *dmabuf;
+	struct test_dev *tdev;		/* NULL once the device is unbound */
+	struct list_head node;		/* in tdev->bufs */
+	struct phys_vec phys;
+	u32 flags;
+	u32 fence_ms;
+	u8 fence_fill;
+	bool revoked;
+	atomic64_t attachments;
+	atomic64_t maps;
+	atomic64_t pins;
+	atomic64_t maps_total;
+	atomic64_t fences;
+	wait_queue_head_t unmapped;
+};
+
+struct test_fence {
+	struct dma_fence base;
+	spinlock_t lock;		/* the fence's */
+	struct delayed_work work;
+	struct pci_dev *pdev;		/* referenced */
+	struct phys_vec phys;
+	u8 fill;
+};
+
+static DEFINE_MUTEX(test_lock);		/* protects test_dev, test_buf::tdev */
+static struct test_dev *test_dev;
+static struct workqueue_struct *test_wq;
+static u64 test_fence_context;
+static atomic64_t test_fence_seqno;
+
+static const char *test_fence_name(struct dma_fence *f)
+{
+	return "test_p2p_dmabuf";
+}
+
+static const struct dma_fence_ops test_fence_ops = {
+	.get_driver_name = test_fence_name,
+	.get_timeline_name = test_fence_name,
+};
+
+/* Fills the memory, then signals: a clear queued by the exporter. */
+static void test_fence_work(struct work_struct *work)
+{
+	struct test_fence *tf = container_of(to_delayed_work(work),
+					     struct test_fence, work);
+	void __iomem *io;
+
+	io = ioremap(tf->phys.paddr, tf->phys.len);
+	if (io) {
+		memset_io(io, tf->fill, tf->phys.len);
+		iounmap(io);
+	} else {
+		dma_fence_set_error(&tf->base, -ENOMEM);
+	}
+	dma_fence_signal(&tf->base);
+	pci_dev_put(tf->pdev);
+	dma_fence_put(&tf->base);
+}
+
+static int test_add_fence(struct test_buf *buf)
+{
+	struct test_fence *tf;
+	int ret;
+
+	ret = dma_resv_reserve_fences(buf->dmabuf->resv, 1);
+	if (ret)
+		return ret;
+	tf = kzalloc(sizeof(*tf), GFP_KERNEL);
+	if (!tf)
+		return -ENOMEM;
+	spin_lock_init(&tf->lock);
+	dma_fence_init(&tf->base, &test_fence_ops, &tf->lock,
+		       test_fence_context,
+		       atomic64_inc_return(&test_fence_seqno));
+	INIT_DELAYED_WORK(&tf->work, test_fence_work);
+	tf->pdev = pci_dev_get(buf->tdev->pdev);
+	tf->phys = buf->phys;
+	tf->fill = buf->fence_fill;
+	dma_resv_add_fence(buf->dmabuf->resv, &tf->base,
+			   DMA_RESV_USAGE_KERNEL);
+	/* The reference of the work, dropped when it signalled. */
+	dma_fence_get(&tf->base);
+	queue_delayed_work(test_wq, &tf->work, msecs_to_jiffies(buf->fence_ms));
+	atomic64_inc(&buf->fences);
+	dma_fence_put(&tf->base);
+	return 0;
+}
+
+static int test_attach(struct dma_buf *dmabuf,
+		       struct dma_buf_attachment *attach)
+{
+	struct test_buf *buf = dmabuf->priv;
+
+	if (!attach->peer2peer)
+		return -EOPNOTSUPP;
+	if (READ_ONCE(buf->revoked))
+		return -ENODEV;
+	atomic64_inc(&buf->attachments);
+	return 0;
+}
+
+static void test_detach(struct dma_buf *dmabuf,
+			struct dma_buf_attachment *attach)
+{
+	struct test_buf *buf = dmabuf->priv;
+
+	atomic64_dec(&buf->attachments);
+}
+
+static int test_pin(struct dma_buf_attachment *attach)
+{
+	struct test_buf *buf = attach->dmabuf->priv;
+
+	atomic64_inc(&buf->pins);
+	return 0;
+}
+
+static void test_unpin(struct dma_buf_attachment *attach)
+{
+	struct test_buf *buf = attach->dmabuf->priv;
+
+	atomic64_dec(&buf->pins);
+}
+
+/* amdgpu_vram_mgr_alloc_sgt(): one dma_map_resource(), no struct page. */
+static struct sg_table *test_map_resource(struct test_buf *buf,
+					  struct dma_buf_attachment *attach,
+					  enum dma_data_direction dir)
+{
+	struct sg_table *sgt;
+	dma_addr_t addr;
+	int ret;
+
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt)
+		return ERR_PTR(-ENOMEM);
+	ret = sg_alloc_table(sgt, 1, GFP_KERNEL);
+	if (ret)
+		goto err_free;
+	addr = dma_map_resource(attach->dev, buf->phys.paddr, buf->phys.len,
+				dir, DMA_ATTR_SKIP_CPU_SYNC);
+	ret = dma_mapping_error(attach->dev, addr);
+	if (ret)
+		goto err_table;
+	if (buf->flags & TEST_P2P_DMABUF_IOVA)
+		addr += TEST_IOVA_OFFSET;
+	sg_set_page(sgt->sgl, NULL, buf->phys.len, 0);
+	sg_dma_address(sgt->sgl) = addr;
+	sg_dma_len(sgt->sgl) = buf->phys.len;
+	return sgt;
+
+err_table:
+	sg_free_table(sgt);
+err_free:
+	kfree(sgt);
+	return ERR_PTR(ret);
+}
+
+static struct sg_table *test_map(struct dma_buf_attachment *attach,
+				 enum dma_data_direction dir)
+{
+	struct test_buf *buf = attach->dmabuf->priv;
+	struct sg_table *sgt;
+	int ret;
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+
+	if (buf->revoked || !buf->tdev)
+		return ERR_PTR(-ENODEV);
+	if (buf->fence_ms) {
+		ret = test_add_fence(buf);
+		if (ret)
+			return ERR_PTR(ret);
+	}
+	if (buf->flags & TEST_P2P_DMABUF_SG_PROVIDER)
+		sgt = dma_buf_phys_vec_to_sgt(attach, buf->tdev->provider,
+					      &buf->phys, 1, buf->phys.len, dir);
+	else
+		sgt = test_map_resource(buf, attach, dir);
+	if (IS_ERR(sgt))
+		return sgt;
+	atomic64_inc(&buf->maps);
+	atomic64_inc(&buf->maps_total);
+	return sgt;
+}
+
+static void test_unmap(struct dma_buf_attachment *attach,
+		       struct sg_table *sgt, enum dma_data_direction dir)
+{
+	struct test_buf *buf = attach->dmabuf->priv;
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+
+	if (buf->flags & TEST_P2P_DMABUF_SG_PROVIDER) {
+		dma_buf_free_sgt(attach, sgt, dir);
+	} else {
+		dma_addr_t addr = sg_dma_address(sgt->sgl);
+
+		if (buf->flags & TEST_P2P_DMABUF_IOVA)
+			addr -= TEST_IOVA_OFFSET;
+		dma_unmap_resource(attach->dev, addr, sg_dma_len(sgt->sgl),
+				   dir, DMA_ATTR_SKIP_CPU_SYNC);
+		sg_free_table(sgt);
+		kfree(sgt);
+	}
+	if (atomic64_dec_and_test(&buf->maps))
+		wake_up_all(&buf->unmapped);
+}
+
+/* vfio_pci_dma_buf_get_phys(). */
+static int test_get_phys(struct dma_buf_attachment *attach,
+			 struct p2pdma_provider **provider,
+			 const struct phys_vec **phys, size_t *nr_ranges)
+{
+	struct test_buf *buf = attach->dmabuf->priv;
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+
+	if (buf->revoked || !buf->tdev)
+		return -ENODEV;
+	*provider = buf->tdev->provider;
+	*phys = &buf->phys;
+	*nr_ranges = 1;
+	return 0;
+}
+
+static void test_release(struct dma_buf *dmabuf)
+{
+	struct test_buf *buf = dmabuf->priv;
+
+	mutex_lock(&test_lock);
+	if (buf->tdev) {
+		mutex_lock(&buf->tdev->lock);
+		list_del(&buf->node);
+		mutex_unlock(&buf->tdev->lock);
+	}
+	mutex_unlock(&test_lock);
+	kfree(buf);
+}
+
+#define TEST_OPS(name, dynamic, phys)				\
+	static const struct dma_buf_ops name = {		\
+		.attach = test_attach,				\
+		.detach = test_detach,				\
+		.pin = (dynamic) ? test_pin : NULL,		\
+		.unpin = (dynamic) ? test_unpin : NULL,		\
+		.map_dma_buf = test_map,			\
+		.unmap_dma_buf = test_unmap,			\
+		.get_phys = (phys) ? test_get_phys : NULL,	\
+		.release = test_release,			\
+	}
+
+TEST_OPS(test_ops_static, false, false);
+TEST_OPS(test_ops_static_phys, false, true);
+TEST_OPS(test_ops_dynamic, true, false);
+TEST_OPS(test_ops_dynamic_phys, true, true);
+
+static const struct dma_buf_ops *test_ops(u32 flags)
+{
+	bool dynamic = flags & TEST_P2P_DMABUF_DYNAMIC;
+
+	if (flags & TEST_P2P_DMABUF_PHYS)
+		return dynamic ? &test_ops_dynamic_phys : &test_ops_static_phys;
+	return dynamic ? &test_ops_dynamic : &test_ops_static;
+}
+
+static bool test_is_ours(struct dma_buf *dmabuf)
+{
+	return dmabuf->ops == &test_ops_static ||
+	       dmabuf->ops == &test_ops_static_phys ||
+	       dmabuf->ops == &test_ops_dynamic ||
+	       dmabuf->ops == &test_ops_dynamic_phys;
+}
+
+static long test_export(struct test_dev *tdev, void __user *uarg)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct test_p2p_dmabuf_export req;
+	struct test_buf *buf;
+	int fd;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (req.flags & ~TEST_P2P_DMABUF_FLAGS || req.fence_fill > 0xff ||
+	    !req.size || !PAGE_ALIGNED(req.offset) || !PAGE_ALIGNED(req.size) ||
+	    req.offset >= tdev->bar_len || req.size > tdev->bar_len - req.offset)
+		return -EINVAL;
+
+	buf = kzalloc(sizeof(*buf), GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	buf->tdev = tdev;
+	buf->phys.paddr = tdev->bar_start + req.offset;
+	buf->phys.len = req.size;
+	buf->flags = req.flags;
+	buf->fence_ms = req.fence_ms;
+	buf->fence_fill = req.fence_fill;
+	init_waitqueue_head(&buf->unmapped);
+
+	exp_info.ops = test_ops(req.flags);
+	exp_info.size = req.size;
+	exp_info.flags = O_RDWR;
+	exp_info.priv = buf;
+	buf->dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(buf->dmabuf)) {
+		long ret = PTR_ERR(buf->dmabuf);
+
+		kfree(buf);
+		return ret;
+	}
+	mutex_lock(&tdev->lock);
+	list_add(&buf->node, &tdev->bufs);
+	mutex_unlock(&tdev->lock);
+
+	fd = dma_buf_fd(buf->dmabuf, O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(buf->dmabuf);
+		return fd;
+	}
+	req.fd = fd;
+	if (copy_to_user(uarg, &req, sizeof(req)))
+		return -EFAULT;	/* the fd stays, as for any ioctl that made one */
+	return 0;
+}
+
+/* Invalidates every mapping of @buf, for good if @revoke. */
+static void test_invalidate(struct test_buf *buf, bool revoke)
+{
+	dma_resv_lock(buf->dmabuf->resv, NULL);
+	if (revoke)
+		buf->revoked = true;
+	dma_buf_invalidate_mappings(buf->dmabuf);
+	dma_resv_unlock(buf->dmabuf->resv);
+}
+
+static long test_with_buf(void __user *uarg, long (*fn)(struct test_buf *, void __user *))
+{
+	struct dma_buf *dmabuf;
+	s32 fd;
+	long ret;
+
+	if (get_user(fd, (s32 __user *)uarg))
+		return -EFAULT;
+	dmabuf = dma_buf_get(fd);
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	if (!test_is_ours(dmabuf))
+		ret = -EINVAL;
+	else
+		ret = fn(dmabuf->priv, uarg);
+	dma_buf_put(dmabuf);
+	return ret;
+}
+
+static long test_revoke(struct test_buf *buf, void __user *uarg)
+{
+	test_invalidate(buf, true);
+	return 0;
+}
+
+static long test_move(struct test_buf *buf, void __user *uarg)
+{
+	if (!(buf->flags & TEST_P2P_DMABUF_DYNAMIC))
+		return -EINVAL;	/* a static exporter never moves */
+	test_invalidate(buf, false);
+	return 0;
+}
+
+static long test_state(struct test_buf *buf, void __user *uarg)
+{
+	struct test_p2p_dmabuf_state st = {
+		.revoked = READ_ONCE(buf->revoked),
+		.attachments = atomic64_read(&buf->attachments),
+		.maps = atomic64_read(&buf->maps),
+		.pins = atomic64_read(&buf->pins),
+		.maps_total = atomic64_read(&buf->maps_total),
+		.fences = atomic64_read(&buf->fences),
+	};
+
+	if (get_user(st.fd, (s32 __user *)uarg))
+		return -EFAULT;
+	return copy_to_user(uarg, &st, sizeof(st)) ? -EFAULT : 0;
+}
+
+static long test_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+	long ret;
+
+	switch (cmd) {
+	case TEST_P2P_DMABUF_IOCTL_EXPORT:
+		mutex_lock(&test_lock);
+		ret = test_dev ? test_export(test_dev, uarg) : -ENODEV;
+		mutex_unlock(&test_lock);
+		return ret;
+	case TEST_P2P_DMABUF_IOCTL_REVOKE:
+		return test_with_buf(uarg, test_revoke);
+	case TEST_P2P_DMABUF_IOCTL_MOVE:
+		return test_with_buf(uarg, test_move);
+	case TEST_P2P_DMABUF_IOCTL_STATE:
+		return test_with_buf(uarg, test_state);
+	default:
+		return -ENOTTY;
+	}
+}
+
+static const struct file_operations test_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = test_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+};
+
+static struct miscdevice test_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "test_p2p_dmabuf",
+	.fops = &test_fops,
+};
+
+static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct test_dev *tdev;
+	int ret;
+
+	if (!(pci_resource_flags(pdev, TEST_BAR) & IORESOURCE_MEM))
+		return -ENODEV;
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	/* A GPU's DMA reach, as amdgpu_device_init() and xe set it. */
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret)
+		return ret;
+	tdev = devm_kzalloc(&pdev->dev, sizeof(*tdev), GFP_KERNEL);
+	if (!tdev)
+		return -ENOMEM;
+	tdev->pdev = pdev;
+	tdev->bar_start = pci_resource_start(pdev, TEST_BAR);
+	tdev->bar_len = pci_resource_len(pdev, TEST_BAR);
+	mutex_init(&tdev->lock);
+	INIT_LIST_HEAD(&tdev->bufs);
+
+	/* A provider for the BAR, as vfio_pci_core_register_device() sets up. */
+	ret = pcim_p2pdma_init(pdev);
+	if (ret)
+		return ret;
+	tdev->provider = pcim_p2pdma_provider(pdev, TEST_BAR);
+	if (!tdev->provider)
+		return -ENODEV;
+	if (owner_pages_mib) {
+		resource_size_t size = (resource_size_t)owner_pages_mib << 20;
+
+		if (size > tdev->bar_len)
+			return -EINVAL;
+		ret = pci_p2pdma_add_resource(pdev, TEST_BAR, size,
+					      tdev->bar_len - size);
+		if (ret)
+			return ret;
+	}
+
+	mutex_lock(&test_lock);
+	if (test_dev) {
+		mutex_unlock(&test_lock);
+		return -EBUSY;
+	}
+	test_dev = tdev;
+	mutex_unlock(&test_lock);
+	pci_set_drvdata(pdev, tdev);
+	return 0;
+}
+
+/* vfio_pci_dma_buf_cleanup(): revoke everything, wait for the unmaps. */
+static void test_remove(struct pci_dev *pdev)
+{
+	struct test_dev *tdev = pci_get_drvdata(pdev);
+	struct test_buf *buf, *next;
+
+	mutex_lock(&test_lock);
+	test_dev = NULL;
+	mutex_lock(&tdev->lock);
+	list_for_each_entry_safe(buf, next, &tdev->bufs, node) {
+		struct file *file = get_file_active(&buf->dmabuf->file);
+
+		/*
+		 * One being released has no attachment left; test_release()
+		 * then waits for test_lock and finds it unlisted.
+		 */
+		if (file) {
+			test_invalidate(buf, true);
+			wait_event(buf->unmapped, !atomic64_read(&buf->maps));
+		}
+		dma_resv_lock(buf->dmabuf->resv, NULL);
+		buf->tdev = NULL;
+		dma_resv_unlock(buf->dmabuf->resv);
+		list_del_init(&buf->node);
+		if (file)
+			fput(file);
+	}
+	mutex_unlock(&tdev->lock);
+	mutex_unlock(&test_lock);
+}
+
+static struct pci_driver test_driver = {
+	.name = "test_p2p_dmabuf",
+	.id_table = NULL,	/* driver_override only */
+	.probe = test_probe,
+	.remove = test_remove,
+};
+
+static int __init test_init(void)
+{
+	int ret;
+
+	test_fence_context = dma_fence_context_alloc(1);
+	test_wq = alloc_workqueue("test_p2p_dmabuf", WQ_UNBOUND, 0);
+	if (!test_wq)
+		return -ENOMEM;
+	ret = misc_register(&test_misc);
+	if (ret)
+		goto err_wq;
+	ret = pci_register_driver(&test_driver);
+	if (ret)
+		goto err_misc;
+	return 0;
+
+err_misc:
+	misc_deregister(&test_misc);
+err_wq:
+	destroy_workqueue(test_wq);
+	return ret;
+}
+
+static void __exit test_exit(void)
+{
+	pci_unregister_driver(&test_driver);
+	misc_deregister(&test_misc);
+	destroy_workqueue(test_wq);
+}
+
+module_init(test_init);
+module_exit(test_exit);
+MODULE_DESCRIPTION("Test exporter of dma-bufs over PCI MMIO");
+MODULE_LICENSE("GPL");

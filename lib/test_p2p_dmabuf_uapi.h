@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * The interface of lib/test_p2p_dmabuf.c, a test exporter of dma-bufs over
+ * a PCI device's BAR, used by tools/testing/selftests/fgds/.
+ */
+#ifndef _LIB_TEST_P2P_DMABUF_UAPI_H
+#define _LIB_TEST_P2P_DMABUF_UAPI_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+/*
+ * How a buffer is exported; each combination reproduces a real exporter
+ * (see lib/test_p2p_dmabuf.c for which function of which driver).
+ */
+/* A dynamic exporter: it has pin()/unpin() and may move the buffer. */
+#define TEST_P2P_DMABUF_DYNAMIC		(1U << 0)
+/* The sg table comes from the BAR's P2PDMA provider (dma_buf_phys_vec_to_sgt). */
+#define TEST_P2P_DMABUF_SG_PROVIDER	(1U << 1)
+/* The sg table's DMA addresses are IOVAs, not the BAR's bus addresses. */
+#define TEST_P2P_DMABUF_IOVA		(1U << 2)
+/* The exporter describes the buffer by its physical ranges (get_phys()). */
+#define TEST_P2P_DMABUF_PHYS		(1U << 3)
+#define TEST_P2P_DMABUF_FLAGS		0xfU
+
+struct test_p2p_dmabuf_export {
+	__u64 offset;		/* in the BAR, page aligned */
+	__u64 size;		/* page aligned */
+	__u32 flags;		/* TEST_P2P_DMABUF_* */
+	/*
+	 * If not 0: every map() adds a kernel fence to the buffer's
+	 * reservation object, signalled fence_ms later, after the range was
+	 * filled with the byte fence_fill (an exporter clearing the memory
+	 * before handing it out).
+	 */
+	__u32 fence_ms;
+	__u32 fence_fill;
+	__s32 fd;		/* out: the dma-buf */
+};
+
+struct test_p2p_dmabuf_state {
+	__s32 fd;		/* in: a dma-buf of this exporter */
+	__u32 revoked;		/* out */
+	__u64 attachments;	/* out: attachments now */
+	__u64 maps;		/* out: mappings now */
+	__u64 pins;		/* out: pins now */
+	__u64 maps_total;	/* out: map() calls so far */
+	__u64 fences;		/* out: fences added so far */
+};
+
+#define TEST_P2P_DMABUF_IOCTL_EXPORT	_IOWR('P', 0x00, struct test_p2p_dmabuf_export)
+/* Invalidates every mapping; later maps fail with ENODEV. Takes the fd. */
+#define TEST_P2P_DMABUF_IOCTL_REVOKE	_IOW('P', 0x01, __s32)
+/* Invalidates every mapping (a move); later maps succeed. Takes the fd. */
+#define TEST_P2P_DMABUF_IOCTL_MOVE	_IOW('P', 0x02, __s32)
+#define TEST_P2P_DMABUF_IOCTL_STATE	_IOWR('P', 0x03, struct test_p2p_dmabuf_state)
+
+#endif /* _LIB_TEST_P2P_DMABUF_UAPI_H */
