@@ -15,6 +15,7 @@
 #   FGDS_VM_STALL_TIMEOUT seconds without console or guest output, QEMU all
 #                    but idle, after which the guest counts as stalled
 #                    (default 300; 0: never)
+#   FGDS_TESTS       a,b: run only those selftests in check mode (for developers)
 #   FGDS_VM_BUILT    path of a bzImage built for FGDS_KCONFIG together with
 #                    the test programs: skips both builds (check.sh sets it)
 #
@@ -134,6 +135,8 @@ append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1 printk.devk
 # raised again, so the vCPU slept on; a periodic one is raised every tick.
 append+=" highres=off lapic=notscdeadline"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg"
+# FGDS_TESTS=a,b: only those selftests (a developer's shortcut; make check runs all).
+[ -z "${FGDS_TESTS:-}" ] || append+=" fgdsvm.tests=$FGDS_TESTS"
 
 boot() {
 	: >"$log"
