@@ -1,0 +1,695 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The exporter matrix: fgds against the export patterns of the real GPU
+ * drivers, reproduced by lib/test_p2p_dmabuf.c (the test exporter) bound to
+ * the second GPU stand-in (FGDS_GPU2_BDF) in place of vfio-pci. Each variant
+ * names the driver it stands for; see Documentation/misc-devices/fgds.rst,
+ * "Exporters", for the table these tests check.
+ *
+ * - Every variant: REG_BUFFER gives the documented outcome (a registration
+ *   or the documented errno) and the kernel logs nothing.
+ * - Variants that do P2P: the same data tests as on vfio-pci's dma-bufs
+ *   (pread, preadv, io_uring into the mapping, from ext4, xfs and the raw
+ *   NVMe, and pwrite out of it), every byte checked by the host in the
+ *   stand-in's BAR file; the exporter's view (pins, maps) checked; revoke,
+ *   move and UNREG with reads in flight from the throttled NVMe, with the
+ *   memory refilled by the host after the teardown and checked after every
+ *   read ended (a late DMA would show); unbinding the exporter's driver with
+ *   reads in flight.
+ * - A fence the exporter signals after map (a VRAM clear): REG_BUFFER waits
+ *   for it, and the clear does not land over data read afterwards.
+ *
+ * The first test binds the test exporter, the last gives the stand-in back
+ * to vfio-pci.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "fgds_host.h"
+#include "fgds_test.h"
+#include "fgds_util.h"
+#include "../../../../lib/test_p2p_dmabuf_uapi.h"
+
+#define TPD_NAME "test_p2p_dmabuf"
+#define TPD_DEV "/dev/" TPD_NAME
+/* The owner's own P2PDMA pages: the last OWNER_MIB of the 64 MiB BAR. */
+#define OWNER_MIB 8
+#define OWNER_MIB_STR "8"
+#define OWNER_BASE ((64 - OWNER_MIB) * SZ_1M)
+#define BUF_LEN (4 * SZ_1M)
+#define NR_IOS 32
+#define IO_LEN (BUF_LEN / NR_IOS)
+/* Teardowns of each kind with reads in flight, per variant. */
+#define ROUNDS 20
+#define FENCE_MS 300
+
+static int tpd_export(int tpd, uint64_t off, uint64_t size, uint32_t flags, uint32_t fence_ms,
+		      uint32_t fill)
+{
+	struct test_p2p_dmabuf_export e = {
+		.offset = off, .size = size, .flags = flags, .fence_ms = fence_ms,
+		.fence_fill = fill,
+	};
+
+	return ioctl(tpd, TEST_P2P_DMABUF_IOCTL_EXPORT, &e) ? -errno : e.fd;
+}
+
+static int tpd_state(int tpd, int dmabuf, struct test_p2p_dmabuf_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->fd = dmabuf;
+	return ioctl(tpd, TEST_P2P_DMABUF_IOCTL_STATE, st) ? -errno : 0;
+}
+
+static int tpd_fd_ioctl(int tpd, unsigned long cmd, int dmabuf)
+{
+	int32_t fd = dmabuf;
+
+	return ioctl(tpd, cmd, &fd) ? -errno : 0;
+}
+
+static int host2(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len, uint64_t pos)
+{
+	char ans[200];
+	int ret = fgds_host_req_at(FGDS_HOST2_DIR, op, seed, bar_off, len, pos, ans, sizeof(ans));
+
+	if (ret)
+		fprintf(stderr, "# host %s at %#llx+%#llx: %s\n", op, (unsigned long long)bar_off,
+			(unsigned long long)len, ans);
+	return ret;
+}
+
+static int sysfs_printf(const char *val, const char *fmt, const char *arg)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), fmt, arg);
+	return fgds_sysfs_write(path, val);
+}
+
+static int driver_of(const char *bdf, char *name, size_t len)
+{
+	char path[256], target[256];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver", bdf);
+	n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0) {
+		name[0] = 0;
+		return -errno;
+	}
+	target[n] = 0;
+	snprintf(name, len, "%s", strrchr(target, '/') + 1);
+	return 0;
+}
+
+/* Binds @bdf to @drv (through driver_override for the test exporter). */
+static int bind_to(const char *bdf, const char *drv)
+{
+	char cur[64], path[128];
+	int ret;
+
+	if (!driver_of(bdf, cur, sizeof(cur))) {
+		if (!strcmp(cur, drv))
+			return 0;
+		snprintf(path, sizeof(path), "/sys/bus/pci/drivers/%s/unbind", cur);
+		ret = fgds_sysfs_write(path, bdf);
+		if (ret)
+			return ret;
+	}
+	ret = sysfs_printf(strcmp(drv, TPD_NAME) ? "\n" : TPD_NAME,
+			   "/sys/bus/pci/devices/%s/driver_override", bdf);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/%s/bind", drv);
+	return fgds_sysfs_write(path, bdf);
+}
+
+static const char *bdf2(void)
+{
+	return getenv("FGDS_GPU2_BDF");
+}
+
+/* Opens the exporter and the stand-in's fgds node, or fails the test. */
+struct ex_env {
+	int tpd;
+	int node;
+};
+
+static int ex_open(struct ex_env *e, const char **why)
+{
+	char node[64];
+	int i;
+
+	e->tpd = e->node = -1;
+	*why = "FGDS_GPU2_BDF not set (not in the fgds VM)";
+	if (!bdf2())
+		return -ENOENT;
+	*why = TPD_DEV " (is the exporter bound? run the matrix from its first test)";
+	e->tpd = open(TPD_DEV, O_RDWR | O_CLOEXEC);
+	if (e->tpd < 0)
+		return -errno;
+	*why = "no fgds node for the second stand-in";
+	for (i = 0; i < 100 && fgds_node_of(bdf2(), node, sizeof(node)); i++)
+		usleep(100000);
+	e->node = open(node, O_RDWR | O_CLOEXEC);
+	if (e->node < 0)
+		return -errno;
+	*why = NULL;
+	return 0;
+}
+
+static void ex_close(struct ex_env *e)
+{
+	if (e->node >= 0)
+		close(e->node);
+	if (e->tpd >= 0)
+		close(e->tpd);
+}
+
+/* The test exporter takes the second stand-in from vfio-pci. */
+TEST(bind_test_exporter)
+{
+	char cur[64];
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	if (access("/sys/module/" TPD_NAME, F_OK)) {
+		ASSERT_EQ(0, system("modprobe " TPD_NAME " owner_pages_mib=" OWNER_MIB_STR));
+	}
+	ASSERT_EQ(0, bind_to(bdf2(), TPD_NAME)) TH_LOG("binding %s to " TPD_NAME, bdf2());
+	ASSERT_EQ(0, driver_of(bdf2(), cur, sizeof(cur)));
+	ASSERT_STREQ(TPD_NAME, cur);
+}
+
+FIXTURE(ex) {
+	struct ex_env e;
+	int raw;
+	int slow;
+	int mark;
+};
+
+FIXTURE_VARIANT(ex) {
+	const char *driver;	/* the real exporter this reproduces */
+	uint32_t flags;
+	uint64_t bar_off;
+	int reg_errno;		/* what REG_BUFFER answers: 0 or an errno */
+};
+
+/* amdgpu_dma_buf_ops / xe_dmabuf_ops as in Linux 7.2: no physical ranges. */
+FIXTURE_VARIANT_ADD(ex, amdgpu_xe_stock) {
+	.driver = "amdgpu, xe (7.2): dynamic, sg from dma_map_resource()",
+	.flags = TEST_P2P_DMABUF_DYNAMIC,
+	.reg_errno = EOPNOTSUPP,
+};
+
+/* The same through an IOMMU: the sg holds IOVAs. */
+FIXTURE_VARIANT_ADD(ex, amdgpu_xe_stock_iommu) {
+	.driver = "amdgpu, xe (7.2) with an IOMMU: IOVAs in the sg",
+	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_IOVA,
+	.reg_errno = EOPNOTSUPP,
+};
+
+/* virtio_gpu_vram_map_dma_buf(): static, one dma_map_resource() entry. */
+FIXTURE_VARIANT_ADD(ex, virtio_gpu_vram) {
+	.driver = "virtio-gpu VRAM blob: static, sg from dma_map_resource()",
+	.flags = 0,
+	.reg_errno = EOPNOTSUPP,
+};
+
+/* nv-dmabuf.c over a static BAR1 that nvidia-uvm gave P2PDMA pages. */
+FIXTURE_VARIANT_ADD(ex, nvidia_static_bar1) {
+	.driver = "NVIDIA open module, static BAR1 with nvidia-uvm's P2PDMA pages",
+	.flags = 0,
+	.bar_off = OWNER_BASE,
+	.reg_errno = EOPNOTSUPP,
+};
+
+/* The same, if nv-dmabuf.c described its memory (get_phys()). */
+FIXTURE_VARIANT_ADD(ex, nvidia_static_bar1_phys) {
+	.driver = "NVIDIA open module + get_phys(): pages already made by the BAR's owner",
+	.flags = TEST_P2P_DMABUF_PHYS,
+	.bar_off = OWNER_BASE,
+	.reg_errno = EEXIST,
+};
+
+/* amdgpu/xe with what this series asks of them: provider at probe, get_phys(). */
+FIXTURE_VARIANT_ADD(ex, amdgpu_xe_provider_phys) {
+	.driver = "amdgpu, xe + provider at probe and get_phys(): dynamic",
+	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS,
+	.reg_errno = 0,
+};
+
+/* The same through an IOMMU: fgds never reads the sg's DMA addresses. */
+FIXTURE_VARIANT_ADD(ex, amdgpu_xe_iommu_phys) {
+	.driver = "amdgpu, xe + get_phys() with an IOMMU: IOVAs in the sg",
+	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_IOVA | TEST_P2P_DMABUF_PHYS,
+	.bar_off = 8 * SZ_1M,
+	.reg_errno = 0,
+};
+
+/* vfio_pci_dma_buf_map() + get_phys(): static, sg from the provider. */
+FIXTURE_VARIANT_ADD(ex, vfio_like_static_phys) {
+	.driver = "vfio-pci pattern: static, sg from the provider, get_phys()",
+	.flags = TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS,
+	.bar_off = 16 * SZ_1M,
+	.reg_errno = 0,
+};
+
+FIXTURE_SETUP(ex)
+{
+	const char *why;
+	int ret;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ret = ex_open(&self->e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	self->raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, self->raw) TH_LOG("FGDS_RAW: %s", strerror(errno));
+	self->slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, self->slow) TH_LOG("FGDS_SLOW: %s", strerror(errno));
+	self->mark = fgds_klog_mark();
+	ksft_print_msg("%s\n", variant->driver);
+}
+
+FIXTURE_TEARDOWN(ex)
+{
+	if (self->slow >= 0)
+		close(self->slow);
+	if (self->raw >= 0)
+		close(self->raw);
+	ex_close(&self->e);
+}
+
+/* Exports, registers and maps BUF_LEN at the variant's offset. */
+static int ex_buf(struct ex_env *e, uint32_t flags, uint64_t bar_off, struct fgds_buf *b)
+{
+	int ret;
+
+	memset(b, 0, sizeof(*b));
+	b->bar_off = bar_off;
+	b->size = BUF_LEN;
+	b->dmabuf = tpd_export(e->tpd, bar_off, BUF_LEN, flags, 0, 0);
+	if (b->dmabuf < 0)
+		return b->dmabuf;
+	ret = fgds_reg(e->node, b->dmabuf, 0, BUF_LEN, &b->cookie);
+	if (ret)
+		return ret;
+	b->p = fgds_map(e->node, b->cookie, BUF_LEN);
+	return b->p ? 0 : -errno;
+}
+
+static bool p2p(const FIXTURE_VARIANT(ex) *variant)
+{
+	return variant->reg_errno == 0;
+}
+
+/* REG_BUFFER's answer is the documented one, silently; the exporter's view. */
+TEST_F(ex, registration_outcome)
+{
+	struct test_p2p_dmabuf_state st;
+	char first[256];
+	uint64_t cookie = 0;
+	int dmabuf, ret;
+
+	dmabuf = tpd_export(self->e.tpd, variant->bar_off, BUF_LEN, variant->flags, 0, 0);
+	ASSERT_LE(0, dmabuf) TH_LOG("export: %s", strerror(-dmabuf));
+	ret = fgds_reg(self->e.node, dmabuf, 0, BUF_LEN, &cookie);
+	EXPECT_EQ(-variant->reg_errno, ret) TH_LOG("REG_BUFFER: %s, documented: %s",
+						   strerror(-ret), strerror(variant->reg_errno));
+	ASSERT_EQ(0, tpd_state(self->e.tpd, dmabuf, &st));
+	/* fgds never pins: a move or revoke ends the registration instead. */
+	EXPECT_EQ(0, st.pins);
+	if (!ret) {
+		EXPECT_EQ(1, st.attachments);
+		EXPECT_EQ(1, st.maps);
+		EXPECT_EQ(0, fgds_unreg(self->e.node, cookie));
+		ASSERT_EQ(0, tpd_state(self->e.tpd, dmabuf, &st));
+	}
+	/* Refused or unregistered: fgds let go of the exporter. */
+	EXPECT_EQ(0, st.attachments);
+	EXPECT_EQ(0, st.maps);
+	close(dmabuf);
+	EXPECT_EQ(0, fgds_kernel_lines_since(self->mark, first, sizeof(first)))
+		TH_LOG("the kernel logged: %s", first);
+}
+
+/* Every way of reading into the mapping, and writing out of it, every byte from the host. */
+TEST_F_TIMEOUT(ex, data_every_byte, 600)
+{
+	const char *dirs[] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
+	uint64_t seed = 0x7e50000 + variant->bar_off / SZ_1M;
+	struct io_uring ring;
+	struct fgds_buf b;
+	unsigned char *tmp;
+	int d;
+
+	if (!p2p(variant))
+		SKIP(return, "%s: REG_BUFFER refuses (%s), nothing to move", variant->driver,
+		     strerror(variant->reg_errno));
+	ASSERT_EQ(0, ex_buf(&self->e, variant->flags, variant->bar_off, &b));
+	ASSERT_EQ(0, io_uring_queue_init(NR_IOS, &ring, 0));
+	tmp = fgds_aligned_buf(BUF_LEN);
+	ASSERT_NE(NULL, tmp);
+
+	/* Raw NVMe: pread. */
+	ASSERT_EQ(0, fgds_put_pattern(self->raw, 0, BUF_LEN, seed));
+	ASSERT_EQ(0, host2("fill", seed ^ 0xff, variant->bar_off, BUF_LEN, 0));
+	ASSERT_EQ((ssize_t)BUF_LEN, pread(self->raw, b.p, BUF_LEN, 0));
+	EXPECT_EQ(0, host2("check", seed, variant->bar_off, BUF_LEN, 0));
+
+	for (d = 0; d < 2; d++) {
+		uint64_t s = seed + 1 + d;
+		struct iovec iov[3] = {
+			{ b.p + 3 * SZ_1M, SZ_1M },
+			{ b.p, SZ_64K },
+			{ b.p + SZ_1M, 2 * SZ_1M - SZ_64K },
+		};
+		struct io_uring_cqe *cqe;
+		char path[256];
+		int fd, i;
+
+		ASSERT_NE(NULL, dirs[d]);
+		snprintf(path, sizeof(path), "%s/exporter-%llx.bin", dirs[d],
+			 (unsigned long long)variant->bar_off);
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+		ASSERT_LE(0, fd) TH_LOG("%s: %s", path, strerror(errno));
+		ASSERT_EQ(0, fgds_put_pattern(fd, 0, BUF_LEN, s));
+
+		/* pread */
+		ASSERT_EQ(0, host2("fill", s ^ 0xff, variant->bar_off, BUF_LEN, 0));
+		ASSERT_EQ((ssize_t)BUF_LEN, pread(fd, b.p, BUF_LEN, 0));
+		EXPECT_EQ(0, host2("check", s, variant->bar_off, BUF_LEN, 0));
+
+		/* preadv, segments out of order: file [0,1M) to BAR +3M, and so on. */
+		ASSERT_EQ(0, host2("fill", s ^ 0xfe, variant->bar_off, BUF_LEN, 0));
+		ASSERT_EQ((ssize_t)(3 * SZ_1M), preadv(fd, iov, 3, 0));
+		EXPECT_EQ(0, host2("check", s, variant->bar_off + 3 * SZ_1M, SZ_1M, 0));
+		EXPECT_EQ(0, host2("check", s, variant->bar_off, SZ_64K, SZ_1M));
+		EXPECT_EQ(0, host2("check", s, variant->bar_off + SZ_1M, 2 * SZ_1M - SZ_64K,
+				   SZ_1M + SZ_64K));
+
+		/* io_uring, NR_IOS reads at once */
+		ASSERT_EQ(0, host2("fill", s ^ 0xfd, variant->bar_off, BUF_LEN, 0));
+		for (i = 0; i < NR_IOS; i++)
+			io_uring_prep_read(io_uring_get_sqe(&ring), fd, b.p + i * IO_LEN, IO_LEN,
+					   i * IO_LEN);
+		ASSERT_EQ(NR_IOS, io_uring_submit(&ring));
+		for (i = 0; i < NR_IOS; i++) {
+			ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+			EXPECT_EQ((int)IO_LEN, cqe->res);
+			io_uring_cqe_seen(&ring, cqe);
+		}
+		EXPECT_EQ(0, host2("check", s, variant->bar_off, BUF_LEN, 0));
+
+		/* pwrite out of the GPU: the host writes the BAR, the file must get it. */
+		ASSERT_EQ(0, host2("fill", s ^ 0xabcd, variant->bar_off, BUF_LEN, 0));
+		ASSERT_EQ((ssize_t)BUF_LEN, pwrite(fd, b.p, BUF_LEN, 0));
+		ASSERT_EQ((ssize_t)BUF_LEN, pread(fd, tmp, BUF_LEN, 0));
+		EXPECT_EQ(0, fgds_pattern_diff(tmp, BUF_LEN, s ^ 0xabcd, 0));
+		close(fd);
+		unlink(path);
+	}
+	free(tmp);
+	io_uring_queue_exit(&ring);
+	fgds_buf_put(self->e.node, &b);
+}
+
+static int submit_slow_reads(struct io_uring *ring, int slow, unsigned char *p)
+{
+	int i;
+
+	for (i = 0; i < NR_IOS; i++)
+		io_uring_prep_read(io_uring_get_sqe(ring), slow, p + i * IO_LEN, IO_LEN, i * IO_LEN);
+	return io_uring_submit(ring);
+}
+
+/* Reaps @n completions: whole reads and -EFAULTs counted; -1 on anything else. */
+static int reap_all(struct io_uring *ring, int n, int *whole, int *efault)
+{
+	struct __kernel_timespec ts = { .tv_sec = 120 };
+	struct io_uring_cqe *cqe;
+
+	*whole = *efault = 0;
+	while (n--) {
+		if (io_uring_wait_cqe_timeout(ring, &cqe, &ts))
+			return -1;
+		if (cqe->res == (int)IO_LEN)
+			(*whole)++;
+		else if (cqe->res == -EFAULT)
+			(*efault)++;
+		else
+			return -1;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+enum { REVOKE, MOVE, UNREG };
+static const char *const teardown_name[] = { "exporter revoke", "exporter move", "UNREG" };
+
+/*
+ * The exporter revokes, the exporter moves the buffer (dynamic exporters
+ * only), or the user unregisters, with reads from the throttled NVMe in
+ * flight into the mapping. Each teardown returns after the reads that were
+ * in flight ended: the host's refill right after it must still be there
+ * once every read completed; the exporter saw its mapping unmapped.
+ */
+TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
+{
+	int kind;
+
+	if (!p2p(variant))
+		SKIP(return, "%s: REG_BUFFER refuses (%s)", variant->driver,
+		     strerror(variant->reg_errno));
+	ASSERT_EQ(0, fgds_put_pattern(self->slow, 0, BUF_LEN, 0x5105));
+	for (kind = REVOKE; kind <= UNREG; kind++) {
+		int round, again = 0, min_p = NR_IOS, max_p = 0;
+
+		if (kind == MOVE && !(variant->flags & TEST_P2P_DMABUF_DYNAMIC))
+			continue;	/* a static exporter never moves */
+		for (round = 0; round < ROUNDS; round++) {
+			uint64_t fresh = 0xe0e0000 + kind * ROUNDS + round;
+			struct test_p2p_dmabuf_state st;
+			struct fgds_buffer_info info;
+			int pending, whole, efault;
+			struct io_uring ring;
+			struct fgds_buf b;
+
+			ASSERT_EQ(0, ex_buf(&self->e, variant->flags, variant->bar_off, &b));
+			ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+			ASSERT_EQ(NR_IOS, submit_slow_reads(&ring, self->slow, b.p));
+			pending = NR_IOS - io_uring_cq_ready(&ring);
+			if (!pending) {
+				ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+				io_uring_queue_exit(&ring);
+				fgds_buf_put(self->e.node, &b);
+				ASSERT_GT(ROUNDS, ++again);
+				round--;
+				continue;
+			}
+			if (kind == UNREG) {
+				ASSERT_EQ(0, fgds_unreg(self->e.node, b.cookie));
+				b.cookie = 0;
+			} else {
+				ASSERT_EQ(0, tpd_fd_ioctl(self->e.tpd, kind == REVOKE ?
+							  TEST_P2P_DMABUF_IOCTL_REVOKE :
+							  TEST_P2P_DMABUF_IOCTL_MOVE, b.dmabuf));
+				ASSERT_EQ(0, fgds_query(self->e.node, b.cookie, &info));
+				EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+			}
+			/* Torn down and unmapped before the call returned. */
+			ASSERT_EQ(0, tpd_state(self->e.tpd, b.dmabuf, &st));
+			EXPECT_EQ(0, st.maps);
+			EXPECT_EQ(0, st.pins);
+			ASSERT_EQ(0, host2("fill", fresh, variant->bar_off, BUF_LEN, 0));
+			ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault))
+				TH_LOG("%s: a read ended with another error", teardown_name[kind]);
+			EXPECT_EQ(NR_IOS, whole + efault);
+			/* No late DMA over the refill. */
+			EXPECT_EQ(0, host2("check", fresh, variant->bar_off, BUF_LEN, 0))
+				TH_LOG("%s round %d: memory written after the teardown",
+				       teardown_name[kind], round);
+			if (kind == MOVE) {
+				uint64_t c = 0;
+
+				/* A moved buffer is there again: it can be registered anew. */
+				EXPECT_EQ(0, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
+				EXPECT_EQ(0, fgds_unreg(self->e.node, c));
+			}
+			if (kind == REVOKE) {
+				uint64_t c = 0;
+
+				EXPECT_EQ(-ENODEV, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
+			}
+			io_uring_queue_exit(&ring);
+			fgds_buf_put(self->e.node, &b);
+			min_p = pending < min_p ? pending : min_p;
+			max_p = pending > max_p ? pending : max_p;
+		}
+		ksft_print_msg("%s: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
+			       teardown_name[kind], ROUNDS, min_p, max_p, NR_IOS, again);
+	}
+	EXPECT_EQ(0, fgds_fdinfo_num(self->e.node, "fgds-gpu-pages"));
+}
+
+/* Tests that run after the matrix (fixtures run in the order they are declared). */
+FIXTURE(late) {
+	int unused;
+};
+
+FIXTURE_SETUP(late)
+{
+}
+
+FIXTURE_TEARDOWN(late)
+{
+}
+
+/*
+ * The exporter queues a clear of the memory and publishes it as a kernel
+ * fence at map: REG_BUFFER returns after the clear, so the clear is in the
+ * memory and data read afterwards is not overwritten by it.
+ */
+TEST_F(late, fence_after_map_is_waited_for)
+{
+	uint32_t flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	uint64_t off = 24 * SZ_1M, cookie = 0;
+	struct test_p2p_dmabuf_state st;
+	struct ex_env e;
+	const char *why;
+	unsigned char *p;
+	double t0, dt;
+	int dmabuf, raw, ret;
+	size_t i, bad = 0;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ret = ex_open(&e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, raw);
+	ASSERT_EQ(0, fgds_put_pattern(raw, 0, BUF_LEN, 0xfe7ce));
+	ASSERT_EQ(0, host2("fill", 0xfe7cf, off, BUF_LEN, 0));
+	dmabuf = tpd_export(e.tpd, off, BUF_LEN, flags, FENCE_MS, 0xa5);
+	ASSERT_LE(0, dmabuf);
+	t0 = fgds_now();
+	ASSERT_EQ(0, fgds_reg(e.node, dmabuf, 0, BUF_LEN, &cookie));
+	dt = fgds_now() - t0;
+	EXPECT_LE(FENCE_MS / 1000.0, dt) TH_LOG("REG_BUFFER returned before the fence");
+	ASSERT_EQ(0, tpd_state(e.tpd, dmabuf, &st));
+	EXPECT_EQ(1, st.fences);
+	p = fgds_map(e.node, cookie, BUF_LEN);
+	ASSERT_NE(NULL, p);
+	/* The clear is in the memory (CPU reads through the mapping)... */
+	for (i = 0; i < BUF_LEN; i++)
+		bad += p[i] != 0xa5;
+	EXPECT_EQ(0, bad) TH_LOG("%zu bytes not cleared when REG_BUFFER returned", bad);
+	/* ...and does not land over what is read afterwards. */
+	ASSERT_EQ((ssize_t)BUF_LEN, pread(raw, p, BUF_LEN, 0));
+	usleep(2 * FENCE_MS * 1000);
+	EXPECT_EQ(0, host2("check", 0xfe7ce, off, BUF_LEN, 0));
+	ksft_print_msg("REG_BUFFER waited %.0f ms for a %d ms clear fence\n", dt * 1000, FENCE_MS);
+	munmap(p, BUF_LEN);
+	EXPECT_EQ(0, fgds_unreg(e.node, cookie));
+	close(dmabuf);
+	close(raw);
+	ex_close(&e);
+}
+
+struct unbind_arg {
+	int in_flight;
+	struct io_uring *ring;
+	int ret;
+};
+
+static void *unbind_exporter(void *arg)
+{
+	struct unbind_arg *u = arg;
+
+	u->in_flight = NR_IOS - io_uring_cq_ready(u->ring);
+	u->ret = fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/unbind", bdf2());
+	return NULL;
+}
+
+/*
+ * The exporter's driver is unbound with reads in flight into a registration:
+ * fgds ends it before the driver's remove() (which revokes, as vfio-pci
+ * does, and waits for the unmap), the reads end, nothing is written after.
+ * The test exporter is bound again.
+ */
+TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
+{
+	uint32_t flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	struct fgds_buffer_info info;
+	struct unbind_arg u = { 0 };
+	struct io_uring ring;
+	struct fgds_buf b;
+	struct ex_env e;
+	int slow, whole, efault, ret, tries;
+	const char *why;
+	pthread_t thr;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, slow);
+	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5106));
+	for (tries = 0; tries < 10; tries++) {
+		ret = ex_open(&e, &why);
+		ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+		ASSERT_EQ(0, ex_buf(&e, flags, 32 * SZ_1M, &b));
+		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+		ASSERT_EQ(NR_IOS, submit_slow_reads(&ring, slow, b.p));
+		u.ring = &ring;
+		ASSERT_EQ(0, pthread_create(&thr, NULL, unbind_exporter, &u));
+		pthread_join(thr, NULL);
+		ASSERT_EQ(0, u.ret) TH_LOG("unbind: %s", strerror(-u.ret));
+		ASSERT_EQ(0, host2("fill", 0xdead0 + tries, 32 * SZ_1M, BUF_LEN, 0));
+		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+		EXPECT_EQ(0, host2("check", 0xdead0 + tries, 32 * SZ_1M, BUF_LEN, 0));
+		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
+		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+		EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
+		io_uring_queue_exit(&ring);
+		fgds_buf_put(e.node, &b);
+		ex_close(&e);
+		ASSERT_EQ(0, bind_to(bdf2(), TPD_NAME));
+		if (u.in_flight)
+			break;
+	}
+	ASSERT_LE(1, u.in_flight) TH_LOG("no read in flight when the unbind began, 10 times");
+	ksft_print_msg("unbind with %d of %d reads in flight (%d whole, %d EFAULT)\n",
+		       u.in_flight, NR_IOS, whole, efault);
+	close(slow);
+}
+
+/* The second stand-in goes back to vfio-pci, for every later test. */
+TEST_F(late, give_back_to_vfio_pci)
+{
+	char cur[64];
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_EQ(0, bind_to(bdf2(), "vfio-pci"));
+	ASSERT_EQ(0, driver_of(bdf2(), cur, sizeof(cur)));
+	ASSERT_STREQ("vfio-pci", cur);
+	EXPECT_EQ(0, system("rmmod " TPD_NAME));
+}
+
+TEST_HARNESS_MAIN
