@@ -764,18 +764,15 @@ impl FgdsFile {
 #[vtable]
 impl MiscDevice for FgdsFile {
     type Ptr = Pin<KBox<Self>>;
+    /// The node's GPU.
+    type RegistrationData = Arc<Gpu>;
 
     const OWNER: Option<&'static ThisModule> = Some(&THIS_MODULE);
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Self::Ptr> {
-        let misc: *mut MiscDeviceRegistration<Self> = core::ptr::from_ref(misc).cast_mut();
-        // Every registration of `FgdsFile` is the `misc` field of a `GpuNode`, which outlives
-        // the registration and so this call.
-        // SAFETY: As just said, `misc` is inside a live `GpuNode`.
-        let node = unsafe { &*kernel::container_of!(misc, GpuNode, misc) };
         KBox::try_pin_init(
             try_pin_init!(FgdsFile {
-                gpu: node.gpu.clone(),
+                gpu: misc.data().clone(),
                 buffers <- new_mutex!(RBTree::new()),
             }),
             GFP_KERNEL,
@@ -829,7 +826,7 @@ impl MiscDevice for FgdsFile {
 /// The misc device of a GPU.
 #[pin_data]
 struct GpuNode {
-    /// Dropped first: the node goes before the reference to the GPU it is a child of.
+    /// The node, a child of the GPU's device.
     #[pin]
     misc: MiscDeviceRegistration<FgdsFile>,
     gpu: Arc<Gpu>,
@@ -885,18 +882,14 @@ impl Nodes {
             }),
             GFP_KERNEL,
         )?;
-        let parent = gpu.pdev.clone();
+        let parent = ARef::from(gpu.pdev.as_ref());
         let node = KBox::try_pin_init(
             try_pin_init!(GpuNode {
-                // The node holds `gpu`, which holds a reference to `parent`'s device, and
-                // drops the registration first.
-                // SAFETY: As just said, `parent` outlives the registration.
-                misc <- unsafe {
-                    MiscDeviceRegistration::register_with_parent(
-                        MiscDeviceOptions { name },
-                        parent.as_ref(),
-                    )
-                },
+                misc <- MiscDeviceRegistration::register_with(
+                    MiscDeviceOptions { name },
+                    Some(parent),
+                    gpu.clone(),
+                ),
                 gpu,
                 name,
             }),
