@@ -265,6 +265,227 @@ CUfileError_t cuFileStreamDeregister(CUstream stream);
 /* 1000 * major + 10 * minor: 1170 here. */
 CUfileError_t cuFileGetVersion(int *version);
 
+
+/*
+ * Parameters (cuFile 1.17's parameter API). Set* stage a value until the
+ * driver opens (CU_FILE_DRIVER_ALREADY_OPEN afterwards: this library's
+ * driver opens at cuFileDriverOpen or the first call of any function
+ * outside the parameter API); a staged value wins over FGDS_* and
+ * cufile.json. Get* read the value in force, or the one the driver would
+ * open with. What fgds does with each:
+ *   PROFILE_STATS                    the statistics level (0-3)
+ *   EXECUTION_MAX_IO_QUEUE_DEPTH     fgds's queue depth (a cap, 1-4096)
+ *   PROPERTIES_MAX_DIRECT_IO_SIZE_KB the chunk size in KiB (a cap)
+ *   PROPERTIES_IO_BATCHSIZE          largest cuFileBatchIOSetUp (1-4096)
+ *   PROPERTIES_ALLOW_COMPAT_MODE     false: strict (FGDS_STRICT=1)
+ *   FORCE_COMPAT_MODE                true: never O_DIRECT (FGDS_NO_DIRECT=1)
+ *   PREFER_IO_URING                  false: pread/pwrite (FGDS_NO_IO_URING=1)
+ *   PROPERTIES_ALLOW_SYSTEM_MEMORY,
+ *   USE_PCIP2PDMA                    always true (false: not supported)
+ *   LOGGING_LEVEL                    NONE/OFF, ERROR/WARN/NOTICE/INFO, DEBUG/TRACE
+ * Every other parameter, and the slab arrays, return
+ * CU_FILE_PLATFORM_NOT_SUPPORTED (fgds has no such quantity); an unknown
+ * parameter, a NULL pointer or a value out of range CU_FILE_INVALID_VALUE.
+ */
+typedef enum CUFileSizeTConfigParameter_t {
+	CUFILE_PARAM_PROFILE_STATS,
+	CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH,
+	CUFILE_PARAM_EXECUTION_MAX_IO_THREADS,
+	CUFILE_PARAM_EXECUTION_MIN_IO_THRESHOLD_SIZE_KB,
+	CUFILE_PARAM_EXECUTION_MAX_REQUEST_PARALLELISM,
+	CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB,
+	CUFILE_PARAM_PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB,
+	CUFILE_PARAM_PROPERTIES_PER_BUFFER_CACHE_SIZE_KB,
+	CUFILE_PARAM_PROPERTIES_MAX_DEVICE_PINNED_MEM_SIZE_KB,
+	CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE,
+	CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB,
+	CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS,
+} CUFileSizeTConfigParameter_t;
+
+typedef enum CUFileBoolConfigParameter_t {
+	CUFILE_PARAM_PROPERTIES_USE_POLL_MODE,
+	CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE,
+	CUFILE_PARAM_FORCE_COMPAT_MODE,
+	CUFILE_PARAM_FS_MISC_API_CHECK_AGGRESSIVE,
+	CUFILE_PARAM_EXECUTION_PARALLEL_IO,
+	CUFILE_PARAM_PROFILE_NVTX,
+	CUFILE_PARAM_PROPERTIES_ALLOW_SYSTEM_MEMORY,
+	CUFILE_PARAM_USE_PCIP2PDMA,
+	CUFILE_PARAM_PREFER_IO_URING,
+	CUFILE_PARAM_FORCE_ODIRECT_MODE,
+	CUFILE_PARAM_SKIP_TOPOLOGY_DETECTION,
+	CUFILE_PARAM_STREAM_MEMOPS_BYPASS,
+} CUFileBoolConfigParameter_t;
+
+typedef enum CUFileStringConfigParameter_t {
+	CUFILE_PARAM_LOGGING_LEVEL,
+	CUFILE_PARAM_ENV_LOGFILE_PATH,
+	CUFILE_PARAM_LOG_DIR,
+} CUFileStringConfigParameter_t;
+
+typedef enum CUFileArrayConfigParameter_t {
+	CUFILE_PARAM_POSIX_POOL_SLAB_SIZE_KB,
+	CUFILE_PARAM_POSIX_POOL_SLAB_COUNT,
+	CUFILE_PARAM_GPU_BOUNCE_BUFFER_SLAB_SIZE_KB,
+	CUFILE_PARAM_GPU_BOUNCE_BUFFER_SLAB_COUNT,
+} CUFileArrayConfigParameter_t;
+
+CUfileError_t cuFileGetParameterSizeT(CUFileSizeTConfigParameter_t param, size_t *value);
+CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t param, bool *value);
+CUfileError_t cuFileGetParameterString(CUFileStringConfigParameter_t param, char *desc_str,
+				       int len);
+CUfileError_t cuFileGetParameterMinMaxValue(CUFileSizeTConfigParameter_t param,
+					    size_t *min_value, size_t *max_value);
+CUfileError_t cuFileSetParameterSizeT(CUFileSizeTConfigParameter_t param, size_t value);
+CUfileError_t cuFileSetParameterBool(CUFileBoolConfigParameter_t param, bool value);
+CUfileError_t cuFileSetParameterString(CUFileStringConfigParameter_t param,
+				       const char *desc_str);
+CUfileError_t cuFileSetParameterPosixPoolSlabArray(const size_t *size_values,
+						   const size_t *count_values, int len);
+CUfileError_t cuFileGetParameterPosixPoolSlabArray(size_t *size_values, size_t *count_values,
+						   int len);
+CUfileError_t cuFileSetParameterGpuBounceBufferSlabArray(const size_t *size_values,
+							 const size_t *count_values, int len);
+CUfileError_t cuFileGetParameterGpuBounceBufferSlabArray(size_t *size_values,
+							 size_t *count_values, int len);
+
+/*
+ * Statistics (cuFile 1.17's layout). The level comes from cufile.json's
+ * "profile": { "cufile_stats": N }, CUFILE_PARAM_PROFILE_STATS or
+ * cuFileSetStatsLevel (0: off); counting runs while the level is above 0,
+ * cuFileStatsStop pauses it and cuFileStatsStart (CU_FILE_INVALID_VALUE at
+ * level 0) resumes it. cuFileGetStatsLN needs level N or more
+ * (CU_FILE_INVALID_VALUE otherwise). Counted: synchronous cuFileRead and
+ * cuFileWrite (ops, bytes, latency sums and averages, per-call bandwidth
+ * = bytes over the latency sum, ops per second over the span since the
+ * reset), registrations, batches (set-up, submit, requests enqueued and
+ * completed as cuFileBatchIOGetStatus hands them out, with bytes and
+ * latency since submit); not stream-ordered I/O. Histogram bucket i: sizes
+ * up to 2^i KiB. Per GPU (level 3): uuid holds the GPU's PCI address as
+ * text; n_p2p_* are requests that went peer to peer into an fgds mapping,
+ * n_posix_* those that bounced through host memory; nvfs and dynamic
+ * routing counters stay 0.
+ */
+CUfileError_t cuFileSetStatsLevel(int level);
+CUfileError_t cuFileGetStatsLevel(int *level);
+
+#define CUFILE_GPU_UUID_LEN 16
+
+typedef struct CUfileOpCounter {
+	uint64_t ok;
+	uint64_t err;
+} CUfileOpCounter_t;
+
+typedef struct CUfileStatsLevel1 {
+	CUfileOpCounter_t read_ops;
+	CUfileOpCounter_t write_ops;
+	CUfileOpCounter_t hdl_register_ops;
+	CUfileOpCounter_t hdl_deregister_ops;
+	CUfileOpCounter_t buf_register_ops;
+	CUfileOpCounter_t buf_deregister_ops;
+	uint64_t read_bytes;
+	uint64_t write_bytes;
+	uint64_t read_bw_bytes_per_sec;
+	uint64_t write_bw_bytes_per_sec;
+	uint64_t read_lat_avg_us;
+	uint64_t write_lat_avg_us;
+	uint64_t read_ops_per_sec;
+	uint64_t write_ops_per_sec;
+	uint64_t read_lat_sum_us;
+	uint64_t write_lat_sum_us;
+	CUfileOpCounter_t batch_submit_ops;
+	CUfileOpCounter_t batch_complete_ops;
+	CUfileOpCounter_t batch_setup_ops;
+	CUfileOpCounter_t batch_cancel_ops;
+	CUfileOpCounter_t batch_destroy_ops;
+	CUfileOpCounter_t batch_enqueued_ops;
+	CUfileOpCounter_t batch_posix_enqueued_ops;
+	CUfileOpCounter_t batch_processed_ops;
+	CUfileOpCounter_t batch_posix_processed_ops;
+	CUfileOpCounter_t batch_nvfs_submit_ops;
+	CUfileOpCounter_t batch_p2p_submit_ops;
+	CUfileOpCounter_t batch_aio_submit_ops;
+	CUfileOpCounter_t batch_iouring_submit_ops;
+	CUfileOpCounter_t batch_mixed_io_submit_ops;
+	CUfileOpCounter_t batch_total_submit_ops;
+	uint64_t batch_read_bytes;
+	uint64_t batch_write_bytes;
+	uint64_t batch_read_bw_bytes;
+	uint64_t batch_write_bw_bytes;
+	uint64_t batch_submit_lat_avg_us;
+	uint64_t batch_completion_lat_avg_us;
+	uint64_t batch_submit_ops_per_sec;
+	uint64_t batch_complete_ops_per_sec;
+	uint64_t batch_submit_lat_sum_us;
+	uint64_t batch_completion_lat_sum_us;
+	uint64_t last_batch_read_bytes;
+	uint64_t last_batch_write_bytes;
+} CUfileStatsLevel1_t;
+
+typedef struct CUfileStatsLevel2 {
+	CUfileStatsLevel1_t basic;
+	uint64_t read_size_kb_hist[32];
+	uint64_t write_size_kb_hist[32];
+} CUfileStatsLevel2_t;
+
+typedef struct CUfilePerGpuStats {
+	char uuid[CUFILE_GPU_UUID_LEN];
+	uint64_t read_bytes;
+	uint64_t read_bw_bytes_per_sec;
+	uint64_t read_utilization;
+	uint64_t read_duration_us;
+	uint64_t n_total_reads;
+	uint64_t n_p2p_reads;
+	uint64_t n_nvfs_reads;
+	uint64_t n_posix_reads;
+	uint64_t n_unaligned_reads;
+	uint64_t n_dr_reads;
+	uint64_t n_sparse_regions;
+	uint64_t n_inline_regions;
+	uint64_t n_reads_err;
+	uint64_t writes_bytes;
+	uint64_t write_bw_bytes_per_sec;
+	uint64_t write_utilization;
+	uint64_t write_duration_us;
+	uint64_t n_total_writes;
+	uint64_t n_p2p_writes;
+	uint64_t n_nvfs_writes;
+	uint64_t n_posix_writes;
+	uint64_t n_unaligned_writes;
+	uint64_t n_dr_writes;
+	uint64_t n_writes_err;
+	uint64_t n_mmap;
+	uint64_t n_mmap_ok;
+	uint64_t n_mmap_err;
+	uint64_t n_mmap_free;
+	uint64_t reg_bytes;
+} CUfilePerGpuStats_t;
+
+typedef struct CUfileStatsLevel3 {
+	CUfileStatsLevel2_t detailed;
+	uint32_t num_gpus;
+	CUfilePerGpuStats_t per_gpu_stats[16];
+} CUfileStatsLevel3_t;
+
+CUfileError_t cuFileStatsStart(void);
+CUfileError_t cuFileStatsStop(void);
+CUfileError_t cuFileStatsReset(void);
+CUfileError_t cuFileGetStatsL1(CUfileStatsLevel1_t *stats);
+CUfileError_t cuFileGetStatsL2(CUfileStatsLevel2_t *stats);
+CUfileError_t cuFileGetStatsL3(CUfileStatsLevel3_t *stats);
+
+/*
+ * fgds's extension (not in NVIDIA's cuFile): registers [offset, offset +
+ * length) of a dma-buf (another vendor's GPU memory, or any exporter an
+ * fgds node serves) on the fgds node whose GPU exports it, maps it and
+ * returns the mapping's address in *bufPtr_base: a registered buffer for
+ * cuFileRead/cuFileWrite/batches, whose I/O goes peer to peer, until
+ * cuFileBufDeregister(*bufPtr_base). CU_FILE_INVALID_VALUE for a bad
+ * argument, CU_FILE_DEVICE_NOT_FOUND when no fgds node takes the dma-buf.
+ */
+CUfileError_t cuFileBufRegisterDmabufFGDS(int dmabuf_fd, uint64_t offset, size_t length,
+					  void **bufPtr_base);
+
 #ifdef __cplusplus
 }
 #endif

@@ -256,6 +256,204 @@ pub struct CUfileIOEvents_t {
     pub ret: usize,
 }
 
+/// `CUFileSizeTConfigParameter_t`.
+pub mod size_param {
+    /// `profile.cufile_stats`: the statistics level.
+    pub const PROFILE_STATS: i32 = 0;
+    /// `execution.max_io_queue_depth`.
+    pub const EXECUTION_MAX_IO_QUEUE_DEPTH: i32 = 1;
+    /// `execution.max_io_threads`.
+    pub const EXECUTION_MAX_IO_THREADS: i32 = 2;
+    /// `execution.min_io_threshold_size_kb`.
+    pub const EXECUTION_MIN_IO_THRESHOLD_SIZE_KB: i32 = 3;
+    /// `execution.max_request_parallelism`.
+    pub const EXECUTION_MAX_REQUEST_PARALLELISM: i32 = 4;
+    /// `properties.max_direct_io_size_kb`.
+    pub const PROPERTIES_MAX_DIRECT_IO_SIZE_KB: i32 = 5;
+    /// `properties.max_device_cache_size_kb`.
+    pub const PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB: i32 = 6;
+    /// `properties.per_buffer_cache_size_kb`.
+    pub const PROPERTIES_PER_BUFFER_CACHE_SIZE_KB: i32 = 7;
+    /// `properties.max_device_pinned_mem_size_kb`.
+    pub const PROPERTIES_MAX_DEVICE_PINNED_MEM_SIZE_KB: i32 = 8;
+    /// `properties.io_batchsize`.
+    pub const PROPERTIES_IO_BATCHSIZE: i32 = 9;
+    /// `properties.poll_thresh_size_kb`.
+    pub const POLLTHRESHOLD_SIZE_KB: i32 = 10;
+    /// `properties.batch_io_timeout_ms`.
+    pub const PROPERTIES_BATCH_IO_TIMEOUT_MS: i32 = 11;
+    /// Number of values.
+    pub const COUNT: usize = 12;
+}
+
+/// `CUFileBoolConfigParameter_t`.
+pub mod bool_param {
+    /// `properties.use_poll_mode`.
+    pub const PROPERTIES_USE_POLL_MODE: i32 = 0;
+    /// `properties.allow_compat_mode`.
+    pub const PROPERTIES_ALLOW_COMPAT_MODE: i32 = 1;
+    /// `properties.force_compat_mode`.
+    pub const FORCE_COMPAT_MODE: i32 = 2;
+    /// `fs.misc.api_check_aggressive`.
+    pub const FS_MISC_API_CHECK_AGGRESSIVE: i32 = 3;
+    /// `execution.parallel_io`.
+    pub const EXECUTION_PARALLEL_IO: i32 = 4;
+    /// `profile.nvtx` (deprecated by cuFile).
+    pub const PROFILE_NVTX: i32 = 5;
+    /// `properties.allow_system_memory`.
+    pub const PROPERTIES_ALLOW_SYSTEM_MEMORY: i32 = 6;
+    /// `properties.use_pci_p2pdma`.
+    pub const USE_PCIP2PDMA: i32 = 7;
+    /// `properties.prefer_io_uring`.
+    pub const PREFER_IO_URING: i32 = 8;
+    /// `properties.force_odirect_mode`.
+    pub const FORCE_ODIRECT_MODE: i32 = 9;
+    /// `properties.skip_topology_detection`.
+    pub const SKIP_TOPOLOGY_DETECTION: i32 = 10;
+    /// `properties.stream_memops_bypass`.
+    pub const STREAM_MEMOPS_BYPASS: i32 = 11;
+    /// Number of values.
+    pub const COUNT: usize = 12;
+}
+
+/// `CUFileStringConfigParameter_t`.
+pub mod string_param {
+    /// `logging.level`.
+    pub const LOGGING_LEVEL: i32 = 0;
+    /// `CUFILE_LOGFILE_PATH`.
+    pub const ENV_LOGFILE_PATH: i32 = 1;
+    /// `logging.dir`.
+    pub const LOG_DIR: i32 = 2;
+}
+
+/// `CUFILE_GPU_UUID_LEN`.
+pub const CUFILE_GPU_UUID_LEN: usize = 16;
+/// GPUs in [`CUfileStatsLevel3_t`].
+pub const CUFILE_STATS_MAX_GPUS: usize = 16;
+
+/// `CUfileOpCounter_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUfileOpCounter_t {
+    /// Succeeded.
+    pub ok: u64,
+    /// Failed.
+    pub err: u64,
+}
+
+/// `CUfileStatsLevel1_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUfileStatsLevel1_t {
+    pub read_ops: CUfileOpCounter_t,
+    pub write_ops: CUfileOpCounter_t,
+    pub hdl_register_ops: CUfileOpCounter_t,
+    pub hdl_deregister_ops: CUfileOpCounter_t,
+    pub buf_register_ops: CUfileOpCounter_t,
+    pub buf_deregister_ops: CUfileOpCounter_t,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_bw_bytes_per_sec: u64,
+    pub write_bw_bytes_per_sec: u64,
+    pub read_lat_avg_us: u64,
+    pub write_lat_avg_us: u64,
+    pub read_ops_per_sec: u64,
+    pub write_ops_per_sec: u64,
+    pub read_lat_sum_us: u64,
+    pub write_lat_sum_us: u64,
+    pub batch_submit_ops: CUfileOpCounter_t,
+    pub batch_complete_ops: CUfileOpCounter_t,
+    pub batch_setup_ops: CUfileOpCounter_t,
+    pub batch_cancel_ops: CUfileOpCounter_t,
+    pub batch_destroy_ops: CUfileOpCounter_t,
+    pub batch_enqueued_ops: CUfileOpCounter_t,
+    pub batch_posix_enqueued_ops: CUfileOpCounter_t,
+    pub batch_processed_ops: CUfileOpCounter_t,
+    pub batch_posix_processed_ops: CUfileOpCounter_t,
+    pub batch_nvfs_submit_ops: CUfileOpCounter_t,
+    pub batch_p2p_submit_ops: CUfileOpCounter_t,
+    pub batch_aio_submit_ops: CUfileOpCounter_t,
+    pub batch_iouring_submit_ops: CUfileOpCounter_t,
+    pub batch_mixed_io_submit_ops: CUfileOpCounter_t,
+    pub batch_total_submit_ops: CUfileOpCounter_t,
+    pub batch_read_bytes: u64,
+    pub batch_write_bytes: u64,
+    pub batch_read_bw_bytes: u64,
+    pub batch_write_bw_bytes: u64,
+    pub batch_submit_lat_avg_us: u64,
+    pub batch_completion_lat_avg_us: u64,
+    pub batch_submit_ops_per_sec: u64,
+    pub batch_complete_ops_per_sec: u64,
+    pub batch_submit_lat_sum_us: u64,
+    pub batch_completion_lat_sum_us: u64,
+    pub last_batch_read_bytes: u64,
+    pub last_batch_write_bytes: u64,
+}
+
+/// `CUfileStatsLevel2_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUfileStatsLevel2_t {
+    pub basic: CUfileStatsLevel1_t,
+    pub read_size_kb_hist: [u64; 32],
+    pub write_size_kb_hist: [u64; 32],
+}
+
+/// `CUfilePerGpuStats_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUfilePerGpuStats_t {
+    pub uuid: [u8; CUFILE_GPU_UUID_LEN],
+    pub read_bytes: u64,
+    pub read_bw_bytes_per_sec: u64,
+    pub read_utilization: u64,
+    pub read_duration_us: u64,
+    pub n_total_reads: u64,
+    pub n_p2p_reads: u64,
+    pub n_nvfs_reads: u64,
+    pub n_posix_reads: u64,
+    pub n_unaligned_reads: u64,
+    pub n_dr_reads: u64,
+    pub n_sparse_regions: u64,
+    pub n_inline_regions: u64,
+    pub n_reads_err: u64,
+    pub writes_bytes: u64,
+    pub write_bw_bytes_per_sec: u64,
+    pub write_utilization: u64,
+    pub write_duration_us: u64,
+    pub n_total_writes: u64,
+    pub n_p2p_writes: u64,
+    pub n_nvfs_writes: u64,
+    pub n_posix_writes: u64,
+    pub n_unaligned_writes: u64,
+    pub n_dr_writes: u64,
+    pub n_writes_err: u64,
+    pub n_mmap: u64,
+    pub n_mmap_ok: u64,
+    pub n_mmap_err: u64,
+    pub n_mmap_free: u64,
+    pub reg_bytes: u64,
+}
+
+/// `CUfileStatsLevel3_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUfileStatsLevel3_t {
+    pub detailed: CUfileStatsLevel2_t,
+    pub num_gpus: u32,
+    pub per_gpu_stats: [CUfilePerGpuStats_t; CUFILE_STATS_MAX_GPUS],
+}
+
+impl Default for CUfileStatsLevel3_t {
+    fn default() -> Self {
+        CUfileStatsLevel3_t {
+            detailed: CUfileStatsLevel2_t::default(),
+            num_gpus: 0,
+            per_gpu_stats: [CUfilePerGpuStats_t::default(); CUFILE_STATS_MAX_GPUS],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +471,16 @@ mod tests {
         assert_eq!(offset_of!(CUfileIOParams_t, fh), 40);
         assert_eq!(offset_of!(CUfileIOParams_t, cookie), 56);
         assert_eq!(size_of::<CUfileIOEvents_t>(), 24);
+        // cuFile 1.17's statistics structs (checked against NVIDIA's
+        // header with gcc: sizeof and offsetof of these fields).
+        assert_eq!(size_of::<CUfileStatsLevel1_t>(), 512);
+        assert_eq!(offset_of!(CUfileStatsLevel1_t, batch_submit_ops), 176);
+        assert_eq!(offset_of!(CUfileStatsLevel1_t, batch_read_bytes), 416);
+        assert_eq!(size_of::<CUfileStatsLevel2_t>(), 1024);
+        assert_eq!(size_of::<CUfilePerGpuStats_t>(), 248);
+        assert_eq!(offset_of!(CUfileStatsLevel3_t, num_gpus), 1024);
+        assert_eq!(offset_of!(CUfileStatsLevel3_t, per_gpu_stats), 1032);
+        assert_eq!(size_of::<CUfileStatsLevel3_t>(), 5000);
         assert_eq!(
             op_error_str(-CU_FILE_HANDLE_NOT_REGISTERED),
             "file descriptor is not registered"

@@ -23,6 +23,10 @@ pub struct Settings {
     pub max_batch: usize,
     /// Log level.
     pub log: LogLevel,
+    /// The cuFile name of the level, when `CUFILE_PARAM_LOGGING_LEVEL` set one.
+    pub log_name: Option<String>,
+    /// Statistics level (`profile.cufile_stats`, 0: off).
+    pub stats_level: u32,
     /// The `cufile.json` read, if any.
     pub json: Option<PathBuf>,
 }
@@ -33,6 +37,8 @@ impl Default for Settings {
             fgds: fgds::Config::default(),
             max_batch: DEFAULT_MAX_BATCH,
             log: LogLevel::Info,
+            log_name: None,
+            stats_level: 0,
             json: None,
         }
     }
@@ -162,8 +168,9 @@ fn json_bool(
 /// (most requests per batch), `properties.allow_compat_mode` (false: strict),
 /// `properties.force_compat_mode` (true: never O_DIRECT, everything
 /// bounces), `execution.max_io_queue_depth` (most requests in flight per
-/// call). The two limits only lower fgds's values (`FGDS_CHUNK_SIZE` and
-/// `FGDS_QUEUE_DEPTH` set them). Every other key is ignored.
+/// call), `profile.cufile_stats` (statistics level, 0-3). The two limits
+/// only lower fgds's values (`FGDS_CHUNK_SIZE` and `FGDS_QUEUE_DEPTH` set
+/// them). Every other key is ignored.
 pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), ConfigError> {
     let v: serde_json::Value =
         serde_json::from_str(&strip_comments(text)).map_err(|source| ConfigError::Json {
@@ -195,6 +202,9 @@ pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), Confi
     if let Some(n) = json_uint(&v, file, &["execution", "max_io_queue_depth"], 1, 4096)? {
         // Also a cap (NVIDIA's default file says 128).
         s.fgds.queue_depth = s.fgds.queue_depth.min(n as u32);
+    }
+    if let Some(n) = json_uint(&v, file, &["profile", "cufile_stats"], 0, 3)? {
+        s.stats_level = n as u32;
     }
     s.json = Some(file.to_path_buf());
     Ok(())
@@ -304,7 +314,8 @@ mod tests {
             "force_compat_mode": true,
             "url": "http://x//y"
         },
-        "execution": { "max_io_queue_depth": 8, "max_io_threads": 4 }
+        "execution": { "max_io_queue_depth": 8, "max_io_threads": 4 },
+        "profile": { "cufile_stats": 3 }
     }"#;
 
     #[test]
@@ -315,6 +326,7 @@ mod tests {
         assert_eq!(s.max_batch, 8);
         assert!(s.fgds.strict && s.fgds.disable_direct);
         assert_eq!(s.fgds.queue_depth, 8);
+        assert_eq!(s.stats_level, 3);
         // NVIDIA's defaults (16 MiB, 128) are above fgds's: no change.
         let mut s = Settings::default();
         let nv = r#"{"properties": {"max_direct_io_size_kb": 16384},

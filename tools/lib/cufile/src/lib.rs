@@ -6,6 +6,8 @@
 
 pub mod abi;
 pub mod config;
+pub mod params;
+pub mod stats;
 
 use abi::*;
 use config::{LogLevel, Settings};
@@ -14,7 +16,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::{c_int, c_long, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The cuFile version this library implements (`1000 * major + 10 * minor`).
 pub const CUFILE_VERSION: c_int = 1170;
@@ -44,8 +46,22 @@ fn log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
     }
 }
 
+/// The settings the driver opens with: `cufile.json`, the environment,
+/// then what `cuFileSetParameter*` staged.
+fn settings_with(staged: &params::Staged) -> Result<Settings, (CUfileOpError, String)> {
+    let mut s = config::load().map_err(|e| (CU_FILE_DRIVER_INVALID_PROPS, e.to_string()))?;
+    params::apply(staged, &mut s);
+    Ok(s)
+}
+
 fn init() -> Result<Driver, (CUfileOpError, String)> {
-    let settings = config::load().map_err(|e| (CU_FILE_DRIVER_INVALID_PROPS, e.to_string()))?;
+    let settings = settings_with(&params::take());
+    if let Err((_, why)) = &settings {
+        // Said here: the log level is unknown without the settings.
+        eprintln!("libcufile (fgds): cuFileDriverOpen: {why}");
+    }
+    let settings = settings?;
+    stats::init_level(settings.stats_level);
     let quiet = settings.log == LogLevel::Off;
     let no_p2p = match fgds::list_devices() {
         Ok(d) if !d.is_empty() => None,
@@ -100,16 +116,29 @@ struct Handle {
     warned: AtomicBool,
 }
 
+/// What the statistics need of a batch request until it completes: write
+/// or read, bounced (not into an fgds mapping), submitted when.
+type Pending = (bool, bool, Instant);
+
 /// A batch and the events reaped but not yet handed out.
 struct BatchState {
     batch: Mutex<Batch>,
     ready: Mutex<VecDeque<Event>>,
+    /// By cookie, oldest first (cookies may repeat).
+    pending: Mutex<HashMap<u64, VecDeque<Pending>>>,
+}
+
+/// A registered buffer and the GPU whose memory it is (its PCI address).
+#[derive(Clone)]
+struct RegBuf {
+    buf: Arc<Buffer>,
+    gpu: Option<Arc<str>>,
 }
 
 #[derive(Default)]
 struct Registry {
     handles: RwLock<HashMap<usize, Arc<Handle>>>,
-    bufs: RwLock<BTreeMap<usize, Arc<Buffer>>>,
+    bufs: RwLock<BTreeMap<usize, RegBuf>>,
     batches: Mutex<HashMap<usize, Arc<BatchState>>>,
     streams: Mutex<HashMap<usize, c_uint>>,
     next: AtomicUsize,
@@ -186,28 +215,41 @@ fn io_ret(call: &str, e: &Error) -> isize {
     }
 }
 
-fn is_device_memory(addr: u64) -> bool {
-    fgds::gpu::Runtime::cuda().is_ok_and(|rt| rt.describe(addr).is_ok())
+/// The GPU (PCI address, else `cuda<ordinal>`) owning `addr`, if the CUDA
+/// driver knows the address as device memory.
+fn cuda_gpu(addr: u64) -> Option<Arc<str>> {
+    let rt = fgds::gpu::Runtime::cuda().ok()?;
+    let m = rt.describe(addr).ok()?;
+    Some(
+        m.pci_address
+            .unwrap_or_else(|| format!("cuda{}", m.ordinal))
+            .into(),
+    )
 }
 
 /// A buffer for `[addr, addr + len)`: CUDA memory if the CUDA driver knows the
 /// address, host memory otherwise.
-fn make_buffer(addr: usize, len: usize) -> fgds::Result<Buffer> {
-    if is_device_memory(addr as u64) {
-        Buffer::from_cuda(addr as u64, len as u64)
+fn make_buffer(addr: usize, len: usize) -> fgds::Result<RegBuf> {
+    let gpu = cuda_gpu(addr as u64);
+    let buf = if gpu.is_some() {
+        Buffer::from_cuda(addr as u64, len as u64)?
     } else {
         // SAFETY: cuFile's contract: the caller's memory stays valid while it
         // is registered or while the call using it runs.
-        unsafe { Buffer::from_host_ptr(addr as *mut u8, len) }
-    }
+        unsafe { Buffer::from_host_ptr(addr as *mut u8, len)? }
+    };
+    Ok(RegBuf {
+        buf: Arc::new(buf),
+        gpu,
+    })
 }
 
 /// The registered buffer containing `addr` and `addr`'s offset in it.
-fn registered(addr: usize) -> Option<(Arc<Buffer>, usize)> {
+fn registered(addr: usize) -> Option<(RegBuf, usize)> {
     let g = reg().bufs.read().unwrap_or_else(|p| p.into_inner());
     let (base, b) = g.range(..=addr).next_back()?;
     let off = addr - base;
-    (off < b.len()).then(|| (b.clone(), off))
+    (off < b.buf.len()).then(|| (b.clone(), off))
 }
 
 fn offset(v: libc::off_t, what: &str) -> fgds::Result<usize> {
@@ -217,11 +259,7 @@ fn offset(v: libc::off_t, what: &str) -> fgds::Result<usize> {
 /// The buffer and offset for `size` bytes at `base + buf_off`: within a
 /// registered buffer, else a buffer of that range for this request only
 /// (cuFile accepts unregistered memory).
-fn target(
-    base: *const c_void,
-    buf_off: libc::off_t,
-    size: usize,
-) -> fgds::Result<(Arc<Buffer>, usize)> {
+fn target(base: *const c_void, buf_off: libc::off_t, size: usize) -> fgds::Result<(RegBuf, usize)> {
     let bo = offset(buf_off, "buffer offset")?;
     if base.is_null() {
         return Err(Error::InvalidArgument("buffer is NULL".into()));
@@ -232,7 +270,14 @@ fn target(
     let start = (base as usize)
         .checked_add(bo)
         .ok_or_else(|| Error::InvalidArgument("buffer offset overflows".into()))?;
-    Ok((Arc::new(make_buffer(start, size)?), 0))
+    Ok((make_buffer(start, size)?, 0))
+}
+
+/// Whether a request is misaligned for the file's O_DIRECT (its edges bounce).
+fn unaligned(h: &Handle, b: &Buffer, off: usize, size: usize, file_off: u64) -> bool {
+    let (ma, oa) = h.file.dio_alignment();
+    let (ma, oa) = (ma.max(1), oa.max(1));
+    (b.base_addr() + off as u64) % ma != 0 || file_off % oa != 0 || size as u64 % oa != 0
 }
 
 /// Says once per handle that its I/O bounced, and why.
@@ -279,14 +324,36 @@ fn sync_io(
     if size == 0 {
         return 0;
     }
+    let t0 = Instant::now();
+    let fell_back = h.file.stats().fallbacks;
+    let mut gpu = None;
     let r = offset(file_offset, "file offset").and_then(|fo| {
-        let (b, off) = target(base, buf_off, size)?;
+        let (rb, off) = target(base, buf_off, size)?;
+        let b = &rb.buf;
+        if let Some(g) = rb.gpu.clone() {
+            gpu = Some((g, b.is_p2p(), unaligned(&h, b, off, size, fo as u64)));
+        }
         match op {
-            Op::Read => h.file.read(&b, off, size, fo as u64),
-            Op::Write => h.file.write(&b, off, size, fo as u64),
+            Op::Read => h.file.read(b, off, size, fo as u64),
+            Op::Write => h.file.write(b, off, size, fo as u64),
         }
     });
     note_path(&h);
+    if stats::level() > 0 {
+        // P2P: into an fgds mapping, and no fallback on this handle meanwhile.
+        let bounced = h.file.stats().fallbacks != fell_back;
+        let g = gpu.as_ref().map(|(g, p2p, un)| stats::GpuIo {
+            gpu: g,
+            path: if *p2p && !bounced {
+                stats::Path::P2p
+            } else {
+                stats::Path::Posix
+            },
+            unaligned: *un,
+        });
+        let done = r.as_ref().ok().copied();
+        stats::io(op == Op::Write, size, done, t0.elapsed(), g);
+    }
     match r {
         Ok(n) => n as isize,
         Err(e) => io_ret(call, &e),
@@ -475,7 +542,9 @@ pub unsafe extern "C" fn cuFileHandleRegister(
     let fd = unsafe { descr.handle.fd };
     let mut cfg = d.settings.fgds.clone();
     cfg.chunk_size = d.chunk.load(Ordering::Relaxed);
-    match FileHandle::from_fd(fd, cfg) {
+    let r = FileHandle::from_fd(fd, cfg);
+    stats::reg(stats::Reg::Handle, r.is_ok(), None, 0);
+    match r {
         Ok(f) => {
             let id = new_id();
             let h = Arc::new(Handle {
@@ -510,11 +579,12 @@ pub unsafe extern "C" fn cuFileHandleRegister(
 /// `cuFileHandleDeregister`: I/O in flight on the handle completes first.
 #[no_mangle]
 pub extern "C" fn cuFileHandleDeregister(fh: *mut c_void) {
-    reg()
+    let h = reg()
         .handles
         .write()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&(fh as usize));
+    stats::reg(stats::Reg::HandleFree, h.is_some(), None, 0);
 }
 
 /// `cuFileBufRegister`: CUDA device memory (exported to fgds, P2P, where a
@@ -542,35 +612,114 @@ pub unsafe extern "C" fn cuFileBufRegister(
     let overlaps = g
         .range(..end)
         .next_back()
-        .is_some_and(|(b, x)| b + x.len() > start);
+        .is_some_and(|(b, x)| b + x.buf.len() > start);
     if overlaps {
         return CUfileError_t::op(CU_FILE_MEMORY_ALREADY_REGISTERED);
     }
     match make_buffer(start, length) {
         Ok(b) => {
-            if let Some(why) = b.p2p_unavailable_reason() {
+            if let Some(why) = b.buf.p2p_unavailable_reason() {
                 log(
                     LogLevel::Debug,
                     format_args!("cuFileBufRegister: {start:#x}: bounce path: {why}"),
                 );
             }
-            g.insert(start, Arc::new(b));
+            stats::reg(stats::Reg::Buf, true, b.gpu.as_deref(), length);
+            g.insert(start, b);
             CUfileError_t::OK
         }
-        Err(e) => status_of("cuFileBufRegister", &e),
+        Err(e) => {
+            stats::reg(
+                stats::Reg::Buf,
+                false,
+                cuda_gpu(start as u64).as_deref(),
+                length,
+            );
+            status_of("cuFileBufRegister", &e)
+        }
     }
+}
+
+/// fgds's extension of cuFile for memory no CUDA driver knows (a dma-buf
+/// of another GPU, or of a device standing in for one): registers `length`
+/// bytes at `offset` of the dma-buf `dmabuf_fd` on the fgds node whose GPU
+/// exports it (the nodes are tried in order, as libfgds does), maps them
+/// and writes the mapping's address to `*buf_ptr_base`. That address is a
+/// registered buffer for `cuFileRead`, `cuFileWrite` and batches (I/O into
+/// it goes peer to peer) until `cuFileBufDeregister(*buf_ptr_base)`.
+/// `CU_FILE_INVALID_VALUE` for a NULL `buf_ptr_base`, a zero `length` or a
+/// bad descriptor; `CU_FILE_DEVICE_NOT_FOUND` when no fgds node takes it;
+/// `CU_FILE_INVALID_MAPPING_RANGE` outside the dma-buf.
+///
+/// # Safety
+/// `buf_ptr_base` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileBufRegisterDmabufFGDS(
+    dmabuf_fd: c_int,
+    offset: u64,
+    length: usize,
+    buf_ptr_base: *mut *mut c_void,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if buf_ptr_base.is_null() || length == 0 || dmabuf_fd < 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let nodes = match fgds::list_devices() {
+        Ok(n) => n,
+        Err(e) => return status_of("cuFileBufRegisterDmabufFGDS", &e),
+    };
+    let mut last = Error::NoDevice("no fgds node (module not loaded or no GPU bound)".into());
+    for n in nodes {
+        match Buffer::register_dmabuf(Some(&n.dev_path), dmabuf_fd, offset, length as u64) {
+            Ok(b) => {
+                let gpu: Arc<str> = n.pci_address.unwrap_or(n.name).into();
+                let base = b.base_addr() as usize;
+                stats::reg(stats::Reg::Buf, true, Some(&gpu), length);
+                reg()
+                    .bufs
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        base,
+                        RegBuf {
+                            buf: Arc::new(b),
+                            gpu: Some(gpu),
+                        },
+                    );
+                // SAFETY: checked non-NULL.
+                unsafe { buf_ptr_base.write(base as *mut c_void) };
+                return CUfileError_t::OK;
+            }
+            // Not this node's GPU.
+            Err(e) if e.errno() == libc::EXDEV => last = e,
+            Err(e) => {
+                last = e;
+                break;
+            }
+        }
+    }
+    stats::reg(stats::Reg::Buf, false, None, length);
+    status_of("cuFileBufRegisterDmabufFGDS", &last)
 }
 
 /// `cuFileBufDeregister`: `base` as registered; `CU_FILE_INVALID_VALUE` if
 /// it is not.
 #[no_mangle]
 pub extern "C" fn cuFileBufDeregister(base: *const c_void) -> CUfileError_t {
-    match reg()
+    let b = reg()
         .bufs
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&(base as usize))
-    {
+        .remove(&(base as usize));
+    stats::reg(
+        stats::Reg::BufFree,
+        b.is_some(),
+        b.as_ref().and_then(|b| b.gpu.as_deref()),
+        0,
+    );
+    match b {
         Some(_) => CUfileError_t::OK,
         None => CUfileError_t::op(CU_FILE_INVALID_VALUE),
     }
@@ -632,9 +781,12 @@ pub unsafe extern "C" fn cuFileBatchIOSetUp(
         Err(e) => return e,
     };
     if batch_idp.is_null() || nr == 0 || nr as usize > d.settings.max_batch {
+        stats::batch(stats::BatchCall::SetUp, false);
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
-    match Batch::new(nr as usize) {
+    let r = Batch::new(nr as usize);
+    stats::batch(stats::BatchCall::SetUp, r.is_ok());
+    match r {
         Ok(b) => {
             let id = new_id();
             reg()
@@ -646,6 +798,7 @@ pub unsafe extern "C" fn cuFileBatchIOSetUp(
                     Arc::new(BatchState {
                         batch: Mutex::new(b),
                         ready: Mutex::new(VecDeque::new()),
+                        pending: Mutex::new(HashMap::new()),
                     }),
                 );
             // SAFETY: checked non-NULL.
@@ -682,7 +835,9 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
     }
     // SAFETY: the caller passes nr requests.
     let ps = unsafe { std::slice::from_raw_parts(iocbp, nr as usize) };
+    let t0 = Instant::now();
     let mut v = Vec::with_capacity(ps.len());
+    let mut info = Vec::with_capacity(ps.len());
     for p in ps {
         if p.mode != CUFILE_BATCH {
             return CUfileError_t::op(CU_FILE_INVALID_VALUE);
@@ -698,7 +853,10 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
         };
         let r = offset(p.batch.file_offset, "file offset").and_then(|fo| {
             let size = p.batch.size.max(1);
-            let (buffer, buf_off) = target(p.batch.dev_ptr_base, p.batch.dev_ptr_offset, size)?;
+            let (rb, buf_off) = target(p.batch.dev_ptr_base, p.batch.dev_ptr_offset, size)?;
+            let posix = !rb.buf.is_p2p() || h.file.no_direct_reason().is_some();
+            info.push((p.cookie as u64, (op == Op::Write, posix, t0)));
+            let buffer = rb.buf;
             Ok(IoParams {
                 cookie: p.cookie as u64,
                 file: h.file.clone(),
@@ -716,10 +874,34 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
             Err(e) => return status_of("cuFileBatchIOSubmit", &e),
         }
     }
+    // Known before the submit, which may complete requests at once.
+    if stats::level() > 0 {
+        let mut pend = b.pending.lock().unwrap_or_else(|p| p.into_inner());
+        for (c, x) in &info {
+            pend.entry(*c).or_default().push_back(*x);
+        }
+    }
     let r = b.batch.lock().unwrap_or_else(|p| p.into_inner()).submit(&v);
+    let posix = info.iter().filter(|(_, x)| x.1).count() as u64;
+    let io_uring = driver().is_ok_and(|d| d.settings.fgds.use_io_uring);
+    stats::batch_submit(
+        r.is_ok(),
+        info.len() as u64 - posix,
+        posix,
+        io_uring,
+        t0.elapsed(),
+    );
     match r {
         Ok(()) => CUfileError_t::OK,
-        Err(e) => status_of("cuFileBatchIOSubmit", &e),
+        Err(e) => {
+            let mut pend = b.pending.lock().unwrap_or_else(|p| p.into_inner());
+            for (c, _) in &info {
+                if let Some(q) = pend.get_mut(c) {
+                    q.pop_back();
+                }
+            }
+            status_of("cuFileBatchIOSubmit", &e)
+        }
     }
 }
 
@@ -789,6 +971,21 @@ pub unsafe extern "C" fn cuFileBatchIOGetStatus(
             }
         }
     }
+    if stats::level() > 0 && !out.is_empty() {
+        let mut pend = b.pending.lock().unwrap_or_else(|p| p.into_inner());
+        for e in &out {
+            let Some(q) = pend.get_mut(&e.cookie) else {
+                continue;
+            };
+            if let Some((write, posix, t0)) = q.pop_front() {
+                let done = (e.status == Status::Complete).then_some(e.result.max(0) as usize);
+                stats::batch_done(write, posix, done, t0.elapsed());
+            }
+            if q.is_empty() {
+                pend.remove(&e.cookie);
+            }
+        }
+    }
     for (i, e) in out.iter().enumerate() {
         let status = match e.status {
             Status::Complete => CUFILE_COMPLETE,
@@ -812,7 +1009,9 @@ pub unsafe extern "C" fn cuFileBatchIOGetStatus(
 /// `cuFileBatchIOCancel`: cancels what has not started on the device.
 #[no_mangle]
 pub extern "C" fn cuFileBatchIOCancel(batch_id: *mut c_void) -> CUfileError_t {
-    match batch(batch_id) {
+    let r = batch(batch_id);
+    stats::batch(stats::BatchCall::Cancel, r.is_ok());
+    match r {
         Ok(b) => {
             b.batch.lock().unwrap_or_else(|p| p.into_inner()).cancel();
             CUfileError_t::OK
@@ -829,6 +1028,7 @@ pub extern "C" fn cuFileBatchIODestroy(batch_id: *mut c_void) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&(batch_id as usize));
+    stats::batch(stats::BatchCall::Destroy, b.is_some());
     drop(b);
 }
 
@@ -859,7 +1059,7 @@ unsafe fn stream_io(
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
     let (buffer, base_off) = match registered(base as usize) {
-        Some(x) => x,
+        Some((rb, off)) => (rb.buf, off),
         None => {
             // Unregistered: a buffer as large as the request may become
             // (*size_p is its upper bound, cuFile's rule).
@@ -868,7 +1068,7 @@ unsafe fn stream_io(
             let r = offset(bo, "buffer offset")
                 .and_then(|bo| make_buffer(base as usize, bo + size.max(1)));
             match r {
-                Ok(b) => (Arc::new(b), 0),
+                Ok(b) => (b.buf, 0),
                 Err(e) => return status_of("cuFileReadAsync", &e),
             }
         }
@@ -1010,4 +1210,335 @@ pub extern "C" fn cuFileStreamDeregister(stream: *mut c_void) -> CUfileError_t {
         Some(_) => CUfileError_t::OK,
         None => CUfileError_t::op(CU_FILE_INVALID_VALUE),
     }
+}
+
+// ------------------------------------------------------------ parameters
+
+/// The settings, chunk size and statistics level a parameter reads: those
+/// in force once the driver is open, else those it would open with.
+fn param_view<T>(f: impl FnOnce(&Settings, usize, u32) -> T) -> Result<T, CUfileError_t> {
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(f(
+            &d.settings,
+            d.chunk.load(Ordering::Relaxed),
+            stats::level(),
+        )),
+        Some(Err((code, _))) => Err(CUfileError_t::op(*code)),
+        None => {
+            let s = settings_with(&params::peek()).map_err(|(c, _)| CUfileError_t::op(c))?;
+            Ok(f(&s, s.fgds.chunk_size, s.stats_level))
+        }
+    }
+}
+
+fn done<T>(r: Result<T, CUfileOpError>) -> CUfileError_t {
+    match r {
+        Ok(_) => CUfileError_t::OK,
+        Err(c) => CUfileError_t::op(c),
+    }
+}
+
+/// `cuFileGetParameterSizeT`: `PROFILE_STATS` (the statistics level),
+/// `EXECUTION_MAX_IO_QUEUE_DEPTH` (fgds's queue depth),
+/// `PROPERTIES_MAX_DIRECT_IO_SIZE_KB` (the chunk size, KiB),
+/// `PROPERTIES_IO_BATCHSIZE`; the others have no fgds quantity
+/// (`CU_FILE_PLATFORM_NOT_SUPPORTED`).
+///
+/// # Safety
+/// `value` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterSizeT(param: c_int, value: *mut usize) -> CUfileError_t {
+    if value.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    match param_view(|s, chunk, lvl| params::get_size(param, s, chunk, lvl)) {
+        Ok(Ok(v)) => {
+            // SAFETY: checked non-NULL.
+            unsafe { value.write(v) };
+            CUfileError_t::OK
+        }
+        Ok(Err(c)) => CUfileError_t::op(c),
+        Err(e) => e,
+    }
+}
+
+/// `cuFileGetParameterBool`: `PROPERTIES_ALLOW_COMPAT_MODE` (not strict),
+/// `FORCE_COMPAT_MODE`, `PREFER_IO_URING`, `PROPERTIES_ALLOW_SYSTEM_MEMORY`
+/// and `USE_PCIP2PDMA` (always true); the others
+/// `CU_FILE_PLATFORM_NOT_SUPPORTED`.
+///
+/// # Safety
+/// `value` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterBool(param: c_int, value: *mut bool) -> CUfileError_t {
+    if value.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    match param_view(|s, _, _| params::get_bool(param, s)) {
+        Ok(Ok(v)) => {
+            // SAFETY: checked non-NULL.
+            unsafe { value.write(v) };
+            CUfileError_t::OK
+        }
+        Ok(Err(c)) => CUfileError_t::op(c),
+        Err(e) => e,
+    }
+}
+
+/// `cuFileGetParameterString`: `LOGGING_LEVEL` (`NONE`, `WARN` or `DEBUG`
+/// for fgds's levels, or the name set); the log file and folder
+/// `CU_FILE_PLATFORM_NOT_SUPPORTED` (fgds logs to stderr).
+/// `CU_FILE_INVALID_VALUE` when `len` has no room for the value and its NUL.
+///
+/// # Safety
+/// `desc_str` is NULL or has room for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterString(
+    param: c_int,
+    desc_str: *mut libc::c_char,
+    len: c_int,
+) -> CUfileError_t {
+    if desc_str.is_null() || len <= 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    match param_view(|s, _, _| params::get_string(param, s)) {
+        Ok(Ok(v)) if v.len() < len as usize => {
+            // SAFETY: len bytes of room, checked above.
+            unsafe {
+                std::ptr::copy_nonoverlapping(v.as_ptr(), desc_str as *mut u8, v.len());
+                desc_str.add(v.len()).write(0);
+            }
+            CUfileError_t::OK
+        }
+        Ok(Ok(_)) => CUfileError_t::op(CU_FILE_INVALID_VALUE),
+        Ok(Err(c)) => CUfileError_t::op(c),
+        Err(e) => e,
+    }
+}
+
+/// `cuFileGetParameterMinMaxValue`: the range `cuFileSetParameterSizeT`
+/// accepts.
+///
+/// # Safety
+/// `min_value` and `max_value` are NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterMinMaxValue(
+    param: c_int,
+    min_value: *mut usize,
+    max_value: *mut usize,
+) -> CUfileError_t {
+    if min_value.is_null() || max_value.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    match params::size_range(param) {
+        Ok((lo, hi)) => {
+            // SAFETY: checked non-NULL.
+            unsafe {
+                min_value.write(lo);
+                max_value.write(hi);
+            }
+            CUfileError_t::OK
+        }
+        Err(c) => CUfileError_t::op(c),
+    }
+}
+
+/// `cuFileSetParameterSizeT`: staged until the driver opens (then
+/// `CU_FILE_DRIVER_ALREADY_OPEN`; this library's driver opens at the first
+/// call of any function outside this API); it wins over the environment
+/// and `cufile.json`. The queue depth and the direct I/O size are caps, as
+/// in `cufile.json`. Out of range: `CU_FILE_INVALID_VALUE`.
+#[no_mangle]
+pub extern "C" fn cuFileSetParameterSizeT(param: c_int, value: usize) -> CUfileError_t {
+    done(params::set_size(param, value))
+}
+
+/// `cuFileSetParameterBool`: as [`cuFileSetParameterSizeT`]; turning off
+/// host memory or PCI P2PDMA is `CU_FILE_PLATFORM_NOT_SUPPORTED`.
+#[no_mangle]
+pub extern "C" fn cuFileSetParameterBool(param: c_int, value: bool) -> CUfileError_t {
+    done(params::set_bool(param, value))
+}
+
+/// `cuFileSetParameterString`: `LOGGING_LEVEL` (`NONE`/`OFF`: silent;
+/// `ERROR`, `WARN`, `NOTICE`, `INFO`: the path and fallback lines; `DEBUG`,
+/// `TRACE`: also every failed call); as [`cuFileSetParameterSizeT`].
+///
+/// # Safety
+/// `desc_str` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileSetParameterString(
+    param: c_int,
+    desc_str: *const libc::c_char,
+) -> CUfileError_t {
+    if desc_str.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(desc_str) };
+    match v.to_str() {
+        Ok(v) => done(params::set_string(param, v)),
+        Err(_) => CUfileError_t::op(CU_FILE_INVALID_VALUE),
+    }
+}
+
+/// The slab-array parameters configure cuFile's own bounce-buffer pools,
+/// which fgds does not have (its staging buffers are sized by the chunk
+/// size): `CU_FILE_PLATFORM_NOT_SUPPORTED` after the arguments' checks.
+fn slab_array(sizes: *const usize, counts: *const usize, len: c_int) -> CUfileError_t {
+    if sizes.is_null() || counts.is_null() || len <= 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    CUfileError_t::op(CU_FILE_PLATFORM_NOT_SUPPORTED)
+}
+
+/// `cuFileSetParameterPosixPoolSlabArray`: see [`slab_array`].
+#[no_mangle]
+pub extern "C" fn cuFileSetParameterPosixPoolSlabArray(
+    size_values: *const usize,
+    count_values: *const usize,
+    len: c_int,
+) -> CUfileError_t {
+    slab_array(size_values, count_values, len)
+}
+
+/// `cuFileGetParameterPosixPoolSlabArray`: see [`slab_array`].
+#[no_mangle]
+pub extern "C" fn cuFileGetParameterPosixPoolSlabArray(
+    size_values: *mut usize,
+    count_values: *mut usize,
+    len: c_int,
+) -> CUfileError_t {
+    slab_array(size_values, count_values, len)
+}
+
+/// `cuFileSetParameterGpuBounceBufferSlabArray`: see [`slab_array`].
+#[no_mangle]
+pub extern "C" fn cuFileSetParameterGpuBounceBufferSlabArray(
+    size_values: *const usize,
+    count_values: *const usize,
+    len: c_int,
+) -> CUfileError_t {
+    slab_array(size_values, count_values, len)
+}
+
+/// `cuFileGetParameterGpuBounceBufferSlabArray`: see [`slab_array`].
+#[no_mangle]
+pub extern "C" fn cuFileGetParameterGpuBounceBufferSlabArray(
+    size_values: *mut usize,
+    count_values: *mut usize,
+    len: c_int,
+) -> CUfileError_t {
+    slab_array(size_values, count_values, len)
+}
+
+// ------------------------------------------------------------ statistics
+
+/// `cuFileSetStatsLevel`: 0 (off), 1, 2 or 3, else `CU_FILE_INVALID_VALUE`;
+/// overrides `profile.cufile_stats` and takes effect for later calls.
+#[no_mangle]
+pub extern "C" fn cuFileSetStatsLevel(level: c_int) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if stats::set_level(level) {
+        CUfileError_t::OK
+    } else {
+        CUfileError_t::op(CU_FILE_INVALID_VALUE)
+    }
+}
+
+/// `cuFileGetStatsLevel`.
+///
+/// # Safety
+/// `level` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetStatsLevel(level: *mut c_int) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if level.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { level.write(stats::level() as c_int) };
+    CUfileError_t::OK
+}
+
+/// `cuFileStatsStart`: counting resumes (it runs from the start while the
+/// level is above 0); `CU_FILE_INVALID_VALUE` at level 0.
+#[no_mangle]
+pub extern "C" fn cuFileStatsStart() -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if stats::level() == 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    stats::set_running(true);
+    CUfileError_t::OK
+}
+
+/// `cuFileStatsStop`: counting pauses; what was counted stays readable.
+#[no_mangle]
+pub extern "C" fn cuFileStatsStop() -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    stats::set_running(false);
+    CUfileError_t::OK
+}
+
+/// `cuFileStatsReset`: every counter to 0, the span restarts.
+#[no_mangle]
+pub extern "C" fn cuFileStatsReset() -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    stats::reset();
+    CUfileError_t::OK
+}
+
+fn get_stats<T>(
+    out: *mut T,
+    min_level: u32,
+    pick: impl FnOnce(&CUfileStatsLevel3_t) -> T,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if out.is_null() || stats::level() < min_level {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let s = stats::snapshot();
+    // SAFETY: checked non-NULL; the caller's struct.
+    unsafe { out.write(pick(&s)) };
+    CUfileError_t::OK
+}
+
+/// `cuFileGetStatsL1` (level 1 or more, else `CU_FILE_INVALID_VALUE`).
+///
+/// # Safety
+/// `stats` is NULL or points to a `CUfileStatsLevel1_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetStatsL1(stats: *mut CUfileStatsLevel1_t) -> CUfileError_t {
+    get_stats(stats, 1, |s| s.detailed.basic)
+}
+
+/// `cuFileGetStatsL2` (level 2 or more): level 1 and the size histograms.
+///
+/// # Safety
+/// `stats` is NULL or points to a `CUfileStatsLevel2_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetStatsL2(stats: *mut CUfileStatsLevel2_t) -> CUfileError_t {
+    get_stats(stats, 2, |s| s.detailed)
+}
+
+/// `cuFileGetStatsL3` (level 3): level 2 and per GPU, P2P against bounced.
+///
+/// # Safety
+/// `stats` is NULL or points to a `CUfileStatsLevel3_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetStatsL3(stats: *mut CUfileStatsLevel3_t) -> CUfileError_t {
+    get_stats(stats, 3, |s| *s)
 }

@@ -192,3 +192,27 @@ fn cufile_json_keys_change_behaviour() {
         "{t}"
     );
 }
+
+#[test]
+fn parameter_api_stages_applies_and_refuses() {
+    let p = build();
+    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    let o = p.run("params", &[]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+}
+
+#[test]
+fn statistics_count_what_the_library_served() {
+    let p = build();
+    std::fs::write(
+        p.data.path().join("none.json"),
+        r#"{ "profile": { "cufile_stats": 2 } }"#,
+    )
+    .expect("write json");
+    let o = p.run("stats", &[]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+}

@@ -7,6 +7,8 @@
  *   cufile_test DIR main    reads, writes, batches, stream API, errors
  *   cufile_test DIR strict  FGDS_STRICT=1 without an fgds node: every call fails
  *   cufile_test DIR json    CUFILE_ENV_PATH_JSON with compat forced, batch size 4
+ *   cufile_test DIR params  the parameter API: staged before open, applied, then refused
+ *   cufile_test DIR stats   the statistics: levels, counters, start/stop/reset
  *
  * Prints "ok N checks" and exits 0, or names the failed check and exits 1.
  */
@@ -428,10 +430,249 @@ static void test_json(const char *dir)
 	free(b);
 }
 
+
+#define OK(call) CHECK((call).err == CU_FILE_SUCCESS, "%s", #call)
+#define ERR(call, code) CHECK((call).err == (code), "%s: %d, want %d", #call, (call).err, code)
+
+static void test_params(const char *dir)
+{
+	char path[4096], s[16];
+	CUfileDrvProps_t props;
+	size_t v = 0, lo = 1, hi = 0, sz[2] = { 1024, 2048 }, cnt[2] = { 1, 1 };
+	bool b = false;
+	int fd;
+	CUfileHandle_t fh;
+	unsigned char *a = xalloc(MiB);
+
+	/* Before open: defaults, then staged values. */
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE, &v));
+	CHECK(v == 128, "default io_batchsize %zu", v);
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB, &v));
+	CHECK(v == 1024, "default max_direct_io_size_kb %zu", v);
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE, 8));
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE, &v));
+	CHECK(v == 8, "staged io_batchsize %zu", v);
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB, 256));
+	/* A cap, as in cufile.json: 16 MiB leaves fgds's 1 MiB... */
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, 128));
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, &v));
+	CHECK(v == 16, "queue depth 128 is a cap over 16: %zu", v);
+	/* ...and a lower value lowers it (the last set wins). */
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, 4));
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, &v));
+	CHECK(v == 4, "queue depth %zu", v);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, 0),
+	    CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, 4), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterSizeT((CUFileSizeTConfigParameter_t)99, 1), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 4),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileGetParameterSizeT(CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB, &v),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileGetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, NULL), CU_FILE_INVALID_VALUE);
+	OK(cuFileGetParameterMinMaxValue(CUFILE_PARAM_PROFILE_STATS, &lo, &hi));
+	CHECK(lo == 0 && hi == 3, "stats level range %zu..%zu", lo, hi);
+	ERR(cuFileGetParameterMinMaxValue(CUFILE_PARAM_PROFILE_STATS, NULL, &hi),
+	    CU_FILE_INVALID_VALUE);
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, 3));
+
+	OK(cuFileGetParameterBool(CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, &b));
+	CHECK(b, "compat mode allowed by default");
+	OK(cuFileGetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, &b));
+	CHECK(!b, "compat mode not forced by default");
+	OK(cuFileSetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, true));
+	OK(cuFileGetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, &b));
+	CHECK(b, "staged force_compat_mode");
+	OK(cuFileGetParameterBool(CUFILE_PARAM_USE_PCIP2PDMA, &b));
+	CHECK(b, "fgds is PCI P2PDMA");
+	OK(cuFileSetParameterBool(CUFILE_PARAM_PROPERTIES_ALLOW_SYSTEM_MEMORY, true));
+	ERR(cuFileSetParameterBool(CUFILE_PARAM_PROPERTIES_ALLOW_SYSTEM_MEMORY, false),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileGetParameterBool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE, &b),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileSetParameterBool((CUFileBoolConfigParameter_t)12, true), CU_FILE_INVALID_VALUE);
+
+	ERR(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "loud"), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, NULL), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterString(CUFILE_PARAM_LOG_DIR, "/tmp"), CU_FILE_PLATFORM_NOT_SUPPORTED);
+	OK(cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, s, sizeof(s)));
+	CHECK(!strcmp(s, "WARN"), "default log level %s", s);
+	OK(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "error"));
+	ERR(cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, s, 3), CU_FILE_INVALID_VALUE);
+	OK(cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, s, sizeof(s)));
+	CHECK(!strcmp(s, "ERROR"), "log level %s", s);
+
+	ERR(cuFileSetParameterPosixPoolSlabArray(sz, cnt, 2), CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileGetParameterGpuBounceBufferSlabArray(sz, cnt, 2), CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileSetParameterGpuBounceBufferSlabArray(NULL, cnt, 2), CU_FILE_INVALID_VALUE);
+	ERR(cuFileGetParameterPosixPoolSlabArray(sz, cnt, 0), CU_FILE_INVALID_VALUE);
+
+	/* Open: the staged values are in force, and can no longer change. */
+	OK(cuFileDriverOpen());
+	OK(cuFileDriverGetProperties(&props));
+	CHECK(props.max_batch_io_size == 8, "io_batchsize %u", props.max_batch_io_size);
+	CHECK(props.nvfs.max_direct_io_size == 256, "max_direct_io_size %zu",
+	      props.nvfs.max_direct_io_size);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE, 16),
+	    CU_FILE_DRIVER_ALREADY_OPEN);
+	ERR(cuFileSetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, false),
+	    CU_FILE_DRIVER_ALREADY_OPEN);
+	ERR(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "DEBUG"),
+	    CU_FILE_DRIVER_ALREADY_OPEN);
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE, &v));
+	CHECK(v == 8, "io_batchsize in force %zu", v);
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, &v));
+	CHECK(v == 3, "stats level in force %zu", v);
+	{
+		CUfileBatchHandle_t bh;
+
+		ERR(cuFileBatchIOSetUp(&bh, 9), CU_FILE_INVALID_VALUE);
+	}
+	snprintf(path, sizeof(path), "%s/params.bin", dir);
+	fd = open(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+	CHECK(fd >= 0, "open");
+	fh = reg_fd(fd);
+	fill(a, MiB, 0, 7);
+	CHECK(cuFileWrite(fh, a, MiB, 0, 0) == (ssize_t)MiB, "write");
+	memset(a, 0, MiB);
+	CHECK(cuFileRead(fh, a, MiB, 0, 0) == (ssize_t)MiB, "read");
+	expect(a, MiB, 0, 7, "forced compat mode by parameter");
+	OK(cuFileDriverGetProperties(&props));
+	CHECK(props.nvfs.dcontrolflags & (1U << CU_FILE_FALLBACK_IO_MODE),
+	      "force_compat_mode: everything bounced: %#x", props.nvfs.dcontrolflags);
+	cuFileHandleDeregister(fh);
+	close(fd);
+	free(a);
+}
+
+static void get_l1(CUfileStatsLevel1_t *l1)
+{
+	memset(l1, 0xa5, sizeof(*l1));
+	OK(cuFileGetStatsL1(l1));
+}
+
+static void test_stats(const char *dir)
+{
+	char path[4096];
+	CUfileStatsLevel1_t l1;
+	CUfileStatsLevel2_t l2;
+	CUfileStatsLevel3_t *l3 = xalloc(sizeof(*l3));
+	CUfileBatchHandle_t bh;
+	CUfileIOParams_t io[2];
+	CUfileIOEvents_t ev[2];
+	unsigned int nr, got = 0;
+	int fd, level = -1;
+	CUfileHandle_t fh;
+	unsigned char *a = xalloc(2 * MiB);
+
+	/* cufile.json's "profile": { "cufile_stats": 2 } (set by the runner). */
+	OK(cuFileGetStatsLevel(&level));
+	CHECK(level == 2, "level from cufile.json %d", level);
+	ERR(cuFileGetStatsL3(l3), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetStatsLevel(4), CU_FILE_INVALID_VALUE);
+	ERR(cuFileGetStatsLevel(NULL), CU_FILE_INVALID_VALUE);
+	ERR(cuFileGetStatsL1(NULL), CU_FILE_INVALID_VALUE);
+	OK(cuFileSetStatsLevel(3));
+	OK(cuFileStatsReset());
+	get_l1(&l1);
+	CHECK(l1.read_ops.ok == 0 && l1.read_bytes == 0, "reset: %lu reads", l1.read_ops.ok);
+
+	snprintf(path, sizeof(path), "%s/stats.bin", dir);
+	fd = open(path, O_CREAT | O_RDWR | O_TRUNC | O_DIRECT, 0644);
+	CHECK(fd >= 0, "open");
+	fh = reg_fd(fd);
+	OK(cuFileBufRegister(a, 2 * MiB, 0));
+	fill(a, 2 * MiB, 0, 9);
+	CHECK(cuFileWrite(fh, a, 2 * MiB, 0, 0) == (ssize_t)(2 * MiB), "write");
+	memset(a, 0, 2 * MiB);
+	CHECK(cuFileRead(fh, a, MiB, MiB, 0) == (ssize_t)MiB, "read");
+	CHECK(cuFileRead(fh, a, 4096, 0, MiB) == 4096, "read 4 KiB");
+	expect(a, MiB, MiB, 9, "read");
+	expect(a + MiB, 4096, 0, 9, "read 4 KiB");
+	CHECK(cuFileRead(fh, a, 4096, -4096, 0) == -CU_FILE_INVALID_VALUE, "negative offset");
+	get_l1(&l1);
+	CHECK(l1.hdl_register_ops.ok == 1, "handle registrations %lu", l1.hdl_register_ops.ok);
+	CHECK(l1.buf_register_ops.ok == 1, "buffer registrations %lu", l1.buf_register_ops.ok);
+	CHECK(l1.write_ops.ok == 1 && l1.write_ops.err == 0, "writes %lu/%lu", l1.write_ops.ok,
+	      l1.write_ops.err);
+	CHECK(l1.read_ops.ok == 2 && l1.read_ops.err == 1, "reads %lu/%lu", l1.read_ops.ok,
+	      l1.read_ops.err);
+	CHECK(l1.write_bytes == 2 * MiB, "write bytes %lu", l1.write_bytes);
+	CHECK(l1.read_bytes == MiB + 4096, "read bytes %lu", l1.read_bytes);
+	CHECK(l1.read_lat_sum_us >= l1.read_lat_avg_us, "latency sum %lu avg %lu",
+	      l1.read_lat_sum_us, l1.read_lat_avg_us);
+	CHECK(l1.read_bw_bytes_per_sec > 0 && l1.write_bw_bytes_per_sec > 0, "bandwidths");
+	OK(cuFileGetStatsL2(&l2));
+	CHECK(l2.read_size_kb_hist[10] == 1 && l2.read_size_kb_hist[2] == 2,
+	      "1 MiB in bucket 10 (%lu), 4 KiB (and the failed one) in 2 (%lu)",
+	      l2.read_size_kb_hist[10], l2.read_size_kb_hist[2]);
+	CHECK(l2.write_size_kb_hist[11] == 1, "2 MiB in bucket 11: %lu", l2.write_size_kb_hist[11]);
+	OK(cuFileGetStatsL3(l3));
+	CHECK(l3->num_gpus == 0, "host memory is no GPU's: %u", l3->num_gpus);
+
+	/* Batches. */
+	OK(cuFileBatchIOSetUp(&bh, 2));
+	memset(io, 0, sizeof(io));
+	for (int i = 0; i < 2; i++) {
+		io[i].mode = CUFILE_BATCH;
+		io[i].fh = fh;
+		io[i].opcode = CUFILE_READ;
+		io[i].cookie = (void *)(long)(i + 1);
+		io[i].u.batch.devPtr_base = a;
+		io[i].u.batch.devPtr_offset = i * MiB;
+		io[i].u.batch.file_offset = (1 - i) * MiB;
+		io[i].u.batch.size = MiB;
+	}
+	OK(cuFileBatchIOSubmit(bh, 2, io, 0));
+	while (got < 2) {
+		nr = 2 - got;
+		OK(cuFileBatchIOGetStatus(bh, 1, &nr, ev + got, NULL));
+		got += nr;
+	}
+	cuFileBatchIODestroy(bh);
+	expect(a, MiB, MiB, 9, "batch 0");
+	expect(a + MiB, MiB, 0, 9, "batch 1");
+	get_l1(&l1);
+	CHECK(l1.batch_setup_ops.ok == 1 && l1.batch_submit_ops.ok == 1 &&
+	      l1.batch_destroy_ops.ok == 1, "batch calls %lu %lu %lu", l1.batch_setup_ops.ok,
+	      l1.batch_submit_ops.ok, l1.batch_destroy_ops.ok);
+	CHECK(l1.batch_enqueued_ops.ok == 2 && l1.batch_complete_ops.ok == 2,
+	      "requests %lu enqueued, %lu complete", l1.batch_enqueued_ops.ok,
+	      l1.batch_complete_ops.ok);
+	CHECK(l1.batch_posix_enqueued_ops.ok == 2, "host memory is not P2P: %lu",
+	      l1.batch_posix_enqueued_ops.ok);
+	CHECK(l1.batch_read_bytes == 2 * MiB && l1.last_batch_read_bytes == MiB,
+	      "batch bytes %lu, last %lu", l1.batch_read_bytes, l1.last_batch_read_bytes);
+	CHECK(l1.read_ops.ok == 2, "batches are not cuFileRead calls: %lu", l1.read_ops.ok);
+
+	/* Stop pauses, start resumes, reset clears. */
+	OK(cuFileStatsStop());
+	CHECK(cuFileRead(fh, a, MiB, 0, 0) == (ssize_t)MiB, "read while stopped");
+	get_l1(&l1);
+	CHECK(l1.read_ops.ok == 2, "not counted while stopped: %lu", l1.read_ops.ok);
+	OK(cuFileStatsStart());
+	CHECK(cuFileRead(fh, a, MiB, 0, 0) == (ssize_t)MiB, "read after start");
+	get_l1(&l1);
+	CHECK(l1.read_ops.ok == 3, "counted again: %lu", l1.read_ops.ok);
+	OK(cuFileStatsReset());
+	get_l1(&l1);
+	CHECK(l1.read_ops.ok == 0 && l1.batch_read_bytes == 0, "reset");
+	OK(cuFileSetStatsLevel(1));
+	ERR(cuFileGetStatsL2(&l2), CU_FILE_INVALID_VALUE);
+	OK(cuFileSetStatsLevel(0));
+	ERR(cuFileGetStatsL1(&l1), CU_FILE_INVALID_VALUE);
+	ERR(cuFileStatsStart(), CU_FILE_INVALID_VALUE);
+	OK(cuFileBufDeregister(a));
+	cuFileHandleDeregister(fh);
+	close(fd);
+	free(a);
+	free(l3);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s DIR main|strict|json\n", argv[0]);
+		fprintf(stderr, "usage: %s DIR main|strict|json|params|stats\n", argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[2], "main"))
@@ -440,6 +681,10 @@ int main(int argc, char **argv)
 		test_strict(argv[1]);
 	else if (!strcmp(argv[2], "json"))
 		test_json(argv[1]);
+	else if (!strcmp(argv[2], "params"))
+		test_params(argv[1]);
+	else if (!strcmp(argv[2], "stats"))
+		test_stats(argv[1]);
 	else
 		return 2;
 	printf("ok %d checks\n", checks);

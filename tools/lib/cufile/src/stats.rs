@@ -1,0 +1,352 @@
+//! cuFile's statistics (`cuFileSetStatsLevel`, `cuFileStatsStart/Stop/Reset`,
+//! `cuFileGetStatsL1/L2/L3`), kept by this library for the calls it serves.
+//!
+//! What is counted: the synchronous `cuFileRead`/`cuFileWrite` calls (ops,
+//! bytes, latency, a size histogram), registrations, and batches (set-up,
+//! submit, the requests enqueued, and every completion `GetStatus` hands
+//! out, with its bytes and latency since its submit). Stream-ordered I/O
+//! runs on the stream after the call has returned and is not counted.
+//! Per GPU (level 3, keyed by the GPU's PCI address, which fills `uuid` as
+//! text): reads and writes of GPU memory, split into `n_p2p_*` (the direct
+//! path through an fgds mapping of the BAR) and `n_posix_*` (the bounce
+//! path); `n_nvfs_*` and `n_dr_*` stay 0 (no nvidia-fs, no dynamic routing).
+
+use crate::abi::*;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Which way a request of GPU memory went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Peer to peer through an fgds mapping.
+    P2p,
+    /// Bounced through host memory.
+    Posix,
+}
+
+/// The GPU side of one request, for the level 3 counters.
+#[derive(Debug, Clone)]
+pub struct GpuIo<'a> {
+    /// The GPU (its PCI address).
+    pub gpu: &'a str,
+    /// Which path carried it.
+    pub path: Path,
+    /// Misaligned for O_DIRECT (its edges bounced).
+    pub unaligned: bool,
+}
+
+struct Inner {
+    s: CUfileStatsLevel3_t,
+    gpus: Vec<String>,
+    since: Instant,
+}
+
+static LEVEL: AtomicI32 = AtomicI32::new(-1);
+static RUNNING: AtomicBool = AtomicBool::new(true);
+static INNER: Mutex<Option<Inner>> = Mutex::new(None);
+
+/// The level when nobody set one (`profile.cufile_stats`, or a staged
+/// `CUFILE_PARAM_PROFILE_STATS`): called once the settings are known.
+pub fn init_level(level: u32) {
+    let _ = LEVEL.compare_exchange(-1, level as i32, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// The level in force (0: off).
+pub fn level() -> u32 {
+    LEVEL.load(Ordering::Relaxed).max(0) as u32
+}
+
+/// `cuFileSetStatsLevel`: 0..=3, else `false`.
+pub fn set_level(level: i32) -> bool {
+    if !(0..=3).contains(&level) {
+        return false;
+    }
+    LEVEL.store(level, Ordering::Relaxed);
+    true
+}
+
+/// `cuFileStatsStart` / `cuFileStatsStop`.
+pub fn set_running(on: bool) {
+    RUNNING.store(on, Ordering::Relaxed);
+}
+
+/// `cuFileStatsReset`.
+pub fn reset() {
+    *lock() = None;
+}
+
+fn lock() -> MutexGuard<'static, Option<Inner>> {
+    INNER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn with(f: impl FnOnce(&mut Inner)) {
+    if level() == 0 || !RUNNING.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut g = lock();
+    let inner = g.get_or_insert_with(|| Inner {
+        s: CUfileStatsLevel3_t::default(),
+        gpus: Vec::new(),
+        since: Instant::now(),
+    });
+    f(inner);
+}
+
+fn count(c: &mut CUfileOpCounter_t, ok: bool) {
+    if ok {
+        c.ok += 1;
+    } else {
+        c.err += 1;
+    }
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// The histogram bucket of a request of `size` bytes: bucket `i` counts
+/// sizes of at most 2^i KiB (bucket 0: up to 1 KiB; 31: the rest).
+pub fn bucket(size: usize) -> usize {
+    let kib = size.div_ceil(1024).max(1);
+    (usize::BITS - (kib - 1).leading_zeros()).min(31) as usize
+}
+
+fn gpu_slot<'a>(i: &'a mut Inner, gpu: &str) -> Option<&'a mut CUfilePerGpuStats_t> {
+    let n = match i.gpus.iter().position(|g| g == gpu) {
+        Some(n) => n,
+        None if i.gpus.len() < CUFILE_STATS_MAX_GPUS => {
+            let n = i.gpus.len();
+            i.gpus.push(gpu.to_string());
+            let u = &mut i.s.per_gpu_stats[n].uuid;
+            let b = gpu.as_bytes();
+            let k = b.len().min(CUFILE_GPU_UUID_LEN);
+            u[..k].copy_from_slice(&b[..k]);
+            i.s.num_gpus = i.gpus.len() as u32;
+            n
+        }
+        None => return None,
+    };
+    Some(&mut i.s.per_gpu_stats[n])
+}
+
+/// A `cuFileRead` (`write` false) or `cuFileWrite` of `size` bytes that
+/// moved `done` bytes (`None`: failed) in `took`.
+pub fn io(write: bool, size: usize, done: Option<usize>, took: Duration, gpu: Option<GpuIo<'_>>) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        let t = us(took);
+        if write {
+            count(&mut l1.write_ops, done.is_some());
+            l1.write_bytes += done.unwrap_or(0) as u64;
+            l1.write_lat_sum_us += t;
+            i.s.detailed.write_size_kb_hist[bucket(size)] += 1;
+        } else {
+            count(&mut l1.read_ops, done.is_some());
+            l1.read_bytes += done.unwrap_or(0) as u64;
+            l1.read_lat_sum_us += t;
+            i.s.detailed.read_size_kb_hist[bucket(size)] += 1;
+        }
+        if let Some(g) = gpu {
+            gpu_io(i, write, done, t, &g);
+        }
+    });
+}
+
+fn gpu_io(i: &mut Inner, write: bool, done: Option<usize>, t: u64, g: &GpuIo<'_>) {
+    let Some(p) = gpu_slot(i, g.gpu) else {
+        return;
+    };
+    let bytes = done.unwrap_or(0) as u64;
+    let p2p = g.path == Path::P2p;
+    if write {
+        p.writes_bytes += bytes;
+        p.write_duration_us += t;
+        p.n_total_writes += 1;
+        p.n_p2p_writes += p2p as u64;
+        p.n_posix_writes += !p2p as u64;
+        p.n_unaligned_writes += g.unaligned as u64;
+        p.n_writes_err += done.is_none() as u64;
+    } else {
+        p.read_bytes += bytes;
+        p.read_duration_us += t;
+        p.n_total_reads += 1;
+        p.n_p2p_reads += p2p as u64;
+        p.n_posix_reads += !p2p as u64;
+        p.n_unaligned_reads += g.unaligned as u64;
+        p.n_reads_err += done.is_none() as u64;
+    }
+}
+
+/// Which registration counter.
+#[derive(Debug, Clone, Copy)]
+pub enum Reg {
+    /// `cuFileHandleRegister`.
+    Handle,
+    /// `cuFileHandleDeregister`.
+    HandleFree,
+    /// `cuFileBufRegister`.
+    Buf,
+    /// `cuFileBufDeregister`.
+    BufFree,
+}
+
+/// A registration call; `gpu` and `len` for buffers of GPU memory.
+pub fn reg(what: Reg, ok: bool, gpu: Option<&str>, len: usize) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        match what {
+            Reg::Handle => count(&mut l1.hdl_register_ops, ok),
+            Reg::HandleFree => count(&mut l1.hdl_deregister_ops, ok),
+            Reg::Buf => count(&mut l1.buf_register_ops, ok),
+            Reg::BufFree => count(&mut l1.buf_deregister_ops, ok),
+        }
+        let Some(p) = gpu.and_then(|g| gpu_slot(i, g)) else {
+            return;
+        };
+        match what {
+            Reg::Buf => {
+                p.n_mmap += 1;
+                if ok {
+                    p.n_mmap_ok += 1;
+                    p.reg_bytes += len as u64;
+                } else {
+                    p.n_mmap_err += 1;
+                }
+            }
+            Reg::BufFree if ok => p.n_mmap_free += 1,
+            _ => {}
+        }
+    });
+}
+
+/// Which batch call.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchCall {
+    /// `cuFileBatchIOSetUp`.
+    SetUp,
+    /// `cuFileBatchIOCancel`.
+    Cancel,
+    /// `cuFileBatchIODestroy`.
+    Destroy,
+}
+
+/// A batch call other than submit and completion.
+pub fn batch(what: BatchCall, ok: bool) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        match what {
+            BatchCall::SetUp => count(&mut l1.batch_setup_ops, ok),
+            BatchCall::Cancel => count(&mut l1.batch_cancel_ops, ok),
+            BatchCall::Destroy => count(&mut l1.batch_destroy_ops, ok),
+        }
+    });
+}
+
+/// A `cuFileBatchIOSubmit` of `p2p` requests into fgds mappings and `posix`
+/// others, through io_uring or not, in `took`.
+pub fn batch_submit(ok: bool, p2p: u64, posix: u64, io_uring: bool, took: Duration) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        count(&mut l1.batch_submit_ops, ok);
+        count(&mut l1.batch_total_submit_ops, ok);
+        if io_uring {
+            count(&mut l1.batch_iouring_submit_ops, ok);
+        }
+        match (p2p, posix) {
+            (0, 0) => {}
+            (_, 0) => count(&mut l1.batch_p2p_submit_ops, ok),
+            (0, _) => {}
+            _ => count(&mut l1.batch_mixed_io_submit_ops, ok),
+        }
+        if ok {
+            l1.batch_enqueued_ops.ok += p2p + posix;
+            l1.batch_posix_enqueued_ops.ok += posix;
+        } else {
+            l1.batch_enqueued_ops.err += p2p + posix;
+            l1.batch_posix_enqueued_ops.err += posix;
+        }
+        l1.batch_submit_lat_sum_us += us(took);
+    });
+}
+
+/// A request of a batch handed out by `cuFileBatchIOGetStatus`.
+pub fn batch_done(write: bool, posix: bool, done: Option<usize>, since_submit: Duration) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        count(&mut l1.batch_complete_ops, done.is_some());
+        count(&mut l1.batch_processed_ops, done.is_some());
+        if posix {
+            count(&mut l1.batch_posix_processed_ops, done.is_some());
+        }
+        let n = done.unwrap_or(0) as u64;
+        if write {
+            l1.batch_write_bytes += n;
+            l1.last_batch_write_bytes = n;
+        } else {
+            l1.batch_read_bytes += n;
+            l1.last_batch_read_bytes = n;
+        }
+        l1.batch_completion_lat_sum_us += us(since_submit);
+    });
+}
+
+fn per_sec(n: u64, us: u64) -> u64 {
+    if us == 0 {
+        0
+    } else {
+        (n as u128 * 1_000_000 / us as u128).min(u64::MAX as u128) as u64
+    }
+}
+
+/// Everything counted since the start (or the last reset), with the
+/// averages and rates filled in: latencies are sums over the calls; the
+/// bandwidths are bytes over those sums (per-call throughput); the per
+/// second rates and the per-GPU utilisation (duration over the span, in
+/// percent, at most 100) are over the span since the reset.
+pub fn snapshot() -> CUfileStatsLevel3_t {
+    let g = lock();
+    let Some(i) = g.as_ref() else {
+        return CUfileStatsLevel3_t::default();
+    };
+    let mut s = i.s;
+    let span = us(i.since.elapsed()).max(1);
+    let l1 = &mut s.detailed.basic;
+    l1.read_lat_avg_us = l1.read_lat_sum_us / (l1.read_ops.ok + l1.read_ops.err).max(1);
+    l1.write_lat_avg_us = l1.write_lat_sum_us / (l1.write_ops.ok + l1.write_ops.err).max(1);
+    l1.read_bw_bytes_per_sec = per_sec(l1.read_bytes, l1.read_lat_sum_us);
+    l1.write_bw_bytes_per_sec = per_sec(l1.write_bytes, l1.write_lat_sum_us);
+    l1.read_ops_per_sec = per_sec(l1.read_ops.ok, span);
+    l1.write_ops_per_sec = per_sec(l1.write_ops.ok, span);
+    let subs = l1.batch_submit_ops.ok + l1.batch_submit_ops.err;
+    let dones = l1.batch_complete_ops.ok + l1.batch_complete_ops.err;
+    l1.batch_submit_lat_avg_us = l1.batch_submit_lat_sum_us / subs.max(1);
+    l1.batch_completion_lat_avg_us = l1.batch_completion_lat_sum_us / dones.max(1);
+    l1.batch_submit_ops_per_sec = per_sec(subs, span);
+    l1.batch_complete_ops_per_sec = per_sec(dones, span);
+    l1.batch_read_bw_bytes = per_sec(l1.batch_read_bytes, span);
+    l1.batch_write_bw_bytes = per_sec(l1.batch_write_bytes, span);
+    for p in s.per_gpu_stats.iter_mut().take(s.num_gpus as usize) {
+        p.read_bw_bytes_per_sec = per_sec(p.read_bytes, p.read_duration_us);
+        p.write_bw_bytes_per_sec = per_sec(p.writes_bytes, p.write_duration_us);
+        p.read_utilization = (p.read_duration_us * 100 / span).min(100);
+        p.write_utilization = (p.write_duration_us * 100 / span).min(100);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_kib() {
+        assert_eq!(bucket(1), 0);
+        assert_eq!(bucket(1024), 0);
+        assert_eq!(bucket(1025), 1);
+        assert_eq!(bucket(4096), 2);
+        assert_eq!(bucket(1 << 20), 10);
+        assert_eq!(bucket((1 << 20) + 1), 11);
+        assert_eq!(bucket(usize::MAX), 31);
+    }
+}
