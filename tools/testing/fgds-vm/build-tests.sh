@@ -20,9 +20,20 @@ if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
 	cp "$FGDS_TOP/tools/target/release/libfgds.a" "$FGDS_ROOT/fgds/libfgds.a"
 	libfgds=/fgds/libfgds.a
 fi
+# libcufile.so.0 (tools/lib/cufile) for the cuFile program's in-guest test,
+# linked by its soname from /fgds/lib (built on the host, as libfgds.a).
+libcufile=
+if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
+	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds-cufile) ||
+		die "building tools/lib/cufile failed"
+	mkdir -p "$FGDS_ROOT/fgds/lib"
+	cp "$FGDS_TOP/tools/target/release/libcufile.so" "$FGDS_ROOT/fgds/lib/libcufile.so.0"
+	ln -sf libcufile.so.0 "$FGDS_ROOT/fgds/lib/libcufile.so"
+	libcufile=/fgds/lib
+fi
 inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/null &&
 	mkdir -p $out &&
 	make -s -C /fgds/src/tools/testing/selftests/fgds \
 		KSFT=/fgds/linux/tools/testing/selftests \
-		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds O=$out" ||
+		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds LIBCUFILE=$libcufile O=$out" ||
 	die "building the selftests failed"

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A cuFile program on fgds's libcufile.so.0 (tools/lib/cufile) against the
+ * real driver: the GPU stand-in's BAR is exported by vfio-pci as a dma-buf
+ * and registered as a cuFile buffer through fgds's one cuFile extension
+ * (cuFileBufRegisterDmabufFGDS: no CUDA in the guest, so no cudaMalloc'd
+ * pointer for cuFileBufRegister); everything else is cuFile's own API:
+ * driver properties, handle registration, cuFileRead/cuFileWrite, batches,
+ * cuFile's statistics. Reads land in the BAR by P2P (every byte checked by
+ * the host through barcheck), writes go from the BAR to ext4, the loop
+ * device (no P2P) falls back visibly; cuFileGetStatsL3 must say which path
+ * each request took.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "cufile.h"
+#include "fgds_host.h"
+#include "fgds_pattern.h"
+#include "fgds_vfio.h"
+
+#define SZ_1M (1024 * 1024UL)
+#define BAR_OFF (384 * SZ_1M)
+#define LEN (8 * SZ_1M)
+#define SEED 0xc0
+
+static int put_file(const char *path, size_t len, uint64_t seed)
+{
+	void *buf;
+	int fd, ret = -1;
+
+	if (posix_memalign(&buf, 4096, len))
+		return -1;
+	fgds_pattern_fill(buf, len, seed, 0);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+	if (fd >= 0 && write(fd, buf, len) == (ssize_t)len)
+		ret = 0;
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return ret;
+}
+
+static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
+		       uint64_t len, uint64_t pos)
+{
+	char ans[256];
+
+	EXPECT_EQ(0, fgds_host_req("check", seed, bar_off, len, pos, ans, sizeof(ans)))
+		TH_LOG("host: %s", ans);
+}
+
+/* The level 3 record of the stand-in GPU (its PCI address is the uuid). */
+static CUfilePerGpuStats_t *gpu_stats(CUfileStatsLevel3_t *st)
+{
+	for (uint32_t i = 0; i < st->num_gpus && i < 16; i++)
+		if (!strncmp(st->per_gpu_stats[i].uuid, fgds_gpu_bdf(), CUFILE_GPU_UUID_LEN))
+			return &st->per_gpu_stats[i];
+	return NULL;
+}
+
+FIXTURE(cufile) {
+	struct fgds_vfio v;
+	int dmabuf, fd;
+	void *base;
+	CUfileHandle_t fh;
+	CUfileStatsLevel3_t st;
+	char path[256];
+};
+
+FIXTURE_SETUP(cufile)
+{
+	const char *dir = getenv("FGDS_EXT4"), *why;
+	CUfileDescr_t d;
+	CUfileError_t e;
+
+	self->base = NULL;
+	if (!dir)
+		SKIP(return, "FGDS_EXT4 not set: run in the fgds VM");
+	ASSERT_EQ(0, fgds_vfio_open(&self->v, &why)) TH_LOG("vfio: %s", why);
+	self->dmabuf = fgds_vfio_dmabuf(&self->v, BAR_OFF, LEN);
+	ASSERT_LE(0, self->dmabuf);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileDriverOpen().err);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileSetStatsLevel(3).err);
+	e = cuFileBufRegisterDmabufFGDS(self->dmabuf, 0, LEN, &self->base);
+	ASSERT_EQ(CU_FILE_SUCCESS, e.err) TH_LOG("cuFileBufRegisterDmabufFGDS: %d", e.err);
+	snprintf(self->path, sizeof(self->path), "%s/cufile-vm-test", dir);
+	ASSERT_EQ(0, put_file(self->path, 2 * LEN, SEED));
+	self->fd = open(self->path, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, self->fd);
+	memset(&d, 0, sizeof(d));
+	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+	d.handle.fd = self->fd;
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&self->fh, &d).err);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileStatsReset().err);
+}
+
+FIXTURE_TEARDOWN(cufile)
+{
+	if (!self->base)
+		return;
+	cuFileHandleDeregister(self->fh);
+	close(self->fd);
+	EXPECT_EQ(CU_FILE_SUCCESS, cuFileBufDeregister(self->base).err);
+	close(self->dmabuf);
+	fgds_vfio_close(&self->v);
+	unlink(self->path);
+	EXPECT_EQ(CU_FILE_SUCCESS, cuFileDriverClose().err);
+}
+
+TEST_F_TIMEOUT(cufile, driver_says_p2p, 300)
+{
+	CUfileDrvProps_t p;
+	void *other;
+
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileDriverGetProperties(&p).err);
+	EXPECT_TRUE(p.fflags & (1U << CU_FILE_P2P_SUPPORTED)) TH_LOG("fflags %#x", p.fflags);
+	EXPECT_TRUE(p.nvfs.dstatusflags & (1U << CU_FILE_NVME_SUPPORTED));
+	EXPECT_FALSE(p.nvfs.dcontrolflags & (1U << CU_FILE_POSIX_IO_MODE));
+	/* Overlapping cuFileBufRegister of the mapping, bad extension arguments. */
+	EXPECT_EQ(CU_FILE_MEMORY_ALREADY_REGISTERED,
+		  cuFileBufRegister((char *)self->base + 4096, 4096, 0).err);
+	EXPECT_EQ(CU_FILE_INVALID_VALUE, cuFileBufRegisterDmabufFGDS(-1, 0, LEN, &other).err);
+	EXPECT_EQ(CU_FILE_INVALID_VALUE, cuFileBufRegisterDmabufFGDS(self->dmabuf, 0, 0, NULL).err);
+}
+
+TEST_F_TIMEOUT(cufile, read_lands_in_the_bar_by_p2p, 300)
+{
+	CUfilePerGpuStats_t *g;
+
+	ASSERT_EQ((ssize_t)LEN, cuFileRead(self->fh, self->base, LEN, LEN, 0));
+	host_check(_metadata, SEED, BAR_OFF, LEN, LEN);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	EXPECT_EQ(1, self->st.detailed.basic.read_ops.ok);
+	EXPECT_EQ(LEN, self->st.detailed.basic.read_bytes);
+	g = gpu_stats(&self->st);
+	ASSERT_NE(NULL, g) TH_LOG("no statistics for GPU %s (%u GPUs)", fgds_gpu_bdf(),
+				  self->st.num_gpus);
+	EXPECT_EQ(1, g->n_total_reads);
+	EXPECT_EQ(1, g->n_p2p_reads);
+	EXPECT_EQ(0, g->n_posix_reads);
+	EXPECT_EQ(0, g->n_unaligned_reads);
+	EXPECT_EQ(LEN, g->read_bytes);
+}
+
+TEST_F_TIMEOUT(cufile, unaligned_read_is_p2p_but_its_edges, 300)
+{
+	const size_t len = 3 * SZ_1M + 1234;
+	CUfilePerGpuStats_t *g;
+
+	ASSERT_EQ((ssize_t)len, cuFileRead(self->fh, self->base, len, 4096 + 77, 77));
+	host_check(_metadata, SEED, BAR_OFF + 77, len, 4096 + 77);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	g = gpu_stats(&self->st);
+	ASSERT_NE(NULL, g);
+	EXPECT_EQ(1, g->n_p2p_reads);
+	EXPECT_EQ(1, g->n_unaligned_reads);
+	/* A short read at the end of the file. */
+	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(self->fh, self->base, 4 * SZ_1M, 2 * LEN - SZ_1M, 0));
+	host_check(_metadata, SEED, BAR_OFF, SZ_1M, 2 * LEN - SZ_1M);
+}
+
+TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
+{
+	CUfileIOParams_t p[8];
+	CUfileIOEvents_t ev[8];
+	CUfileBatchHandle_t b;
+	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
+	unsigned int got = 0, nr;
+
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSetUp(&b, 8).err);
+	memset(p, 0, sizeof(p));
+	for (int i = 0; i < 8; i++) {
+		p[i].mode = CUFILE_BATCH;
+		p[i].fh = self->fh;
+		p[i].opcode = CUFILE_READ;
+		p[i].cookie = (void *)(long)(100 + i);
+		p[i].u.batch.devPtr_base = self->base;
+		p[i].u.batch.devPtr_offset = i * SZ_1M;
+		p[i].u.batch.file_offset = (7 - i) * SZ_1M;
+		p[i].u.batch.size = SZ_1M;
+	}
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSubmit(b, 8, p, 0).err);
+	while (got < 8) {
+		struct timespec t = { .tv_sec = 30 };
+
+		nr = 8 - got;
+		ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOGetStatus(b, 1, &nr, ev + got, &t).err);
+		ASSERT_LT(0, nr);
+		got += nr;
+	}
+	for (int i = 0; i < 8; i++) {
+		EXPECT_EQ(CUFILE_COMPLETE, ev[i].status);
+		EXPECT_EQ(SZ_1M, ev[i].ret);
+	}
+	for (int i = 0; i < 8; i++)
+		host_check(_metadata, SEED, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+	cuFileBatchIODestroy(b);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	EXPECT_EQ(8, l1->batch_enqueued_ops.ok);
+	EXPECT_EQ(0, l1->batch_posix_enqueued_ops.ok);
+	EXPECT_EQ(1, l1->batch_p2p_submit_ops.ok);
+	EXPECT_EQ(8, l1->batch_complete_ops.ok);
+	EXPECT_EQ(LEN, l1->batch_read_bytes);
+}
+
+TEST_F_TIMEOUT(cufile, write_from_the_bar, 300)
+{
+	char ans[256];
+	CUfilePerGpuStats_t *g;
+	void *buf;
+	int fd;
+
+	ASSERT_EQ(0, fgds_host_req("fill", SEED + 1, BAR_OFF, LEN, 0, ans, sizeof(ans)))
+		TH_LOG("host: %s", ans);
+	ASSERT_EQ((ssize_t)LEN, cuFileWrite(self->fh, self->base, LEN, 0, 0));
+	ASSERT_EQ(0, posix_memalign(&buf, 4096, LEN));
+	fd = open(self->path, O_RDONLY | O_DIRECT);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)LEN, pread(fd, buf, LEN, 0));
+	EXPECT_EQ(-1, fgds_pattern_cmp(buf, LEN, SEED + 1, 0));
+	close(fd);
+	free(buf);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	g = gpu_stats(&self->st);
+	ASSERT_NE(NULL, g);
+	EXPECT_EQ(1, g->n_p2p_writes);
+	EXPECT_EQ(0, g->n_posix_writes);
+	EXPECT_EQ(LEN, g->writes_bytes);
+}
+
+TEST_F_TIMEOUT(cufile, no_p2p_device_falls_back_visibly, 300)
+{
+	const char *loop = getenv("FGDS_LOOP");
+	CUfilePerGpuStats_t *g;
+	CUfileDrvProps_t p;
+	CUfileHandle_t fh;
+	CUfileDescr_t d;
+	int fd;
+
+	ASSERT_NE(NULL, loop);
+	ASSERT_EQ(0, put_file(loop, SZ_1M, SEED + 2));
+	fd = open(loop, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, fd);
+	memset(&d, 0, sizeof(d));
+	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+	d.handle.fd = fd;
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&fh, &d).err);
+	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(fh, self->base, SZ_1M, 0, 0));
+	host_check(_metadata, SEED + 2, BAR_OFF, SZ_1M, 0);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	g = gpu_stats(&self->st);
+	ASSERT_NE(NULL, g);
+	EXPECT_EQ(0, g->n_p2p_reads);
+	EXPECT_EQ(1, g->n_posix_reads);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileDriverGetProperties(&p).err);
+	EXPECT_TRUE(p.nvfs.dcontrolflags & (1U << CU_FILE_FALLBACK_IO_MODE));
+	cuFileHandleDeregister(fh);
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
