@@ -256,9 +256,46 @@ impl Runtime {
         let mut base = 0u64;
         let mut size = 0usize;
         // SAFETY: out pointers are valid locals.
-        self.check("MemGetAddressRange", unsafe {
-            (self.addr_range)(&mut base, &mut size, dptr)
-        })?;
+        let mut r = unsafe { (self.addr_range)(&mut base, &mut size, dptr) };
+        if r == 201 && self.kind == Kind::Cuda {
+            // CUDA_ERROR_INVALID_CONTEXT: a thread with no current context
+            // (a caller's worker thread). Make the pointer's own context
+            // current (the driver names it without one), else its device's
+            // primary context, and ask again.
+            if let Some(attr) = self.ptr_attr {
+                let mut ctx: *mut c_void = std::ptr::null_mut();
+                let mut ordinal: c_int = -1;
+                // SAFETY: the attributes are written into correctly sized
+                // locals; ctx came from the driver.
+                let current = unsafe {
+                    match self.set_ctx {
+                        Some(set)
+                            if attr(
+                                &mut ctx as *mut *mut c_void as *mut c_void,
+                                POINTER_ATTRIBUTE_CONTEXT,
+                                dptr,
+                            ) == 0
+                                && !ctx.is_null() =>
+                        {
+                            set(ctx) == 0
+                        }
+                        _ => {
+                            attr(
+                                &mut ordinal as *mut c_int as *mut c_void,
+                                POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                dptr,
+                            ) == 0
+                                && self.use_device(ordinal).is_ok()
+                        }
+                    }
+                };
+                if current {
+                    // SAFETY: out pointers are valid locals.
+                    r = unsafe { (self.addr_range)(&mut base, &mut size, dptr) };
+                }
+            }
+        }
+        self.check("MemGetAddressRange", r)?;
         let mut ordinal: c_int = 0;
         let mut ctx: *mut c_void = std::ptr::null_mut();
         if let Some(attr) = self.ptr_attr {
