@@ -29,7 +29,9 @@ fi
 # torch, CUDA-only wheels (cupy-cuda13x, nvtx, cufile-python, cuda-python)
 # and ~40 other packages; the modules fgds.lmcache and its tests import
 # (lmcache.v1.storage_backend, lmcache.v1.distributed.l2_adapters,
-# lmcache.v1.config, ...) need only torch (above) and the packages below,
+# lmcache.v1.config, ...; aiofiles for LMCache's own fs L2 adapter, which
+# benchmarks/lmcache_kv_bench.py compares with) need only torch (above) and
+# the packages below,
 # installed without their own dependencies (17 s). FGDS_SKIP_LMCACHE=1, or
 # FGDS_PY_TORCH=0, leaves it out (the lmcache tests are then skipped).
 if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ]; then
@@ -40,7 +42,7 @@ if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ]; then
 		frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 \
 		idna==3.20 requests==2.34.2 urllib3==2.8.0 certifi==2026.10.19.post1 \
 		cachetools==8.0.2 PyYAML==6.0.4 cryptography==50.0.2 cffi==2.1.1 \
-		pycparser==3.12 aiofile==3.12.3 caio==0.12.10 msgspec==0.23.0 \
+		pycparser==3.12 aiofile==3.12.3 caio==0.12.10 msgspec==0.23.0 aiofiles==25.1.0 \
 		pyzmq==27.3.0 transformers==5.24.0 packaging==26.4 \
 		regex==2026.11.19 huggingface_hub==2.4.0 tqdm==4.70.1 httpx2==2.16.2 \
 		httpcore2==2.16.2 truststore==0.10.5 h11==0.16.0

@@ -455,3 +455,20 @@ def test_l2_gpu_resident_chunks_round_trip(tmpdir_ext4):
         assert ad.stats()["gpu_bytes"] == 6 * CHUNK
     finally:
         ad.close()
+
+
+def test_kv_bench_program_runs_on_cpu(tmpdir_ext4):
+    """benchmarks/lmcache_kv_bench.py (run on the GPU machine for the README's
+    figures) on host memory: every adapter stores and loads every chunk, byte
+    for byte, and a table row per adapter is printed."""
+    bench = os.path.join(HERE, "..", "benchmarks", "lmcache_kv_bench.py")
+    p = subprocess.run(
+        [sys.executable, bench, os.path.join(tmpdir_ext4, "b"), "--mib", "4", "--chunk-kib", "256",
+         "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert [r["backend"] for r in rows] == ["fgds", "lmcache-fs", "lmcache-fs-odirect"], p.stdout
+    for r in rows:
+        assert r["identical"] and r["hits"] == 16, r
+    fgds_row = rows[0]["fgds"]
+    assert fgds_row["host_bytes"] == 2 * (4 << 20) and fgds_row["gpu_bytes"] == 0, fgds_row

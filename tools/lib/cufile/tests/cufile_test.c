@@ -663,6 +663,17 @@ static void test_stats(const char *dir)
 	ERR(cuFileGetStatsL1(&l1), CU_FILE_INVALID_VALUE);
 	ERR(cuFileStatsStart(), CU_FILE_INVALID_VALUE);
 	OK(cuFileBufDeregister(a));
+	{
+		/* fgds's dma-buf extension: bad arguments; a file is no dma-buf any node takes. */
+		void *p = NULL;
+
+		ERR(cuFileBufRegisterDmabufFGDS(-1, 0, 4096, &p), CU_FILE_INVALID_VALUE);
+		ERR(cuFileBufRegisterDmabufFGDS(fd, 0, 0, &p), CU_FILE_INVALID_VALUE);
+		ERR(cuFileBufRegisterDmabufFGDS(fd, 0, 4096, NULL), CU_FILE_INVALID_VALUE);
+		if (no_fgds_node())
+			ERR(cuFileBufRegisterDmabufFGDS(fd, 0, 4096, &p), CU_FILE_DEVICE_NOT_FOUND);
+		CHECK(p == NULL, "nothing registered");
+	}
 	cuFileHandleDeregister(fh);
 	close(fd);
 	free(a);
