@@ -14,7 +14,7 @@
 
 use crate::buffer::Buffer;
 use crate::engine::{
-    count_direct, do_io, do_vectored, single_direct, Op, Segment, FGDS_BATCH_IOV_MAX,
+    count_direct, do_io, do_vectored, single_direct, without_split, Op, Segment, FGDS_BATCH_IOV_MAX,
 };
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
@@ -84,7 +84,9 @@ fn spawn(job: Job) -> Result<()> {
 fn spawn_entry(shared: &Arc<Shared>, p: IoParams, seq: u64, cancel: Arc<AtomicBool>) -> Result<()> {
     let shared = shared.clone();
     spawn(Box::new(move || {
-        let r = execute(&p, &cancel);
+        // The batch keeps the I/O threads busy itself: its requests are
+        // not split over them again.
+        let r = without_split(|| execute(&p, &cancel));
         shared.finish(seq, r);
     }))
 }

@@ -10,7 +10,7 @@
 //! opened ([`Env::check`]), never silently ignored; `fgds check` shows the
 //! configuration in force.
 
-use crate::engine::{DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, MAX_RW_COUNT};
+use crate::engine::{DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT};
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
 
@@ -48,6 +48,16 @@ pub const VARS: &[Var] = &[
         meaning: "I/O threads for async, batch and stream-ordered requests, 1 to 256",
     },
     Var {
+        name: "FGDS_PARALLEL",
+        default: "FGDS_THREADS",
+        meaning: "most threads one call runs on (`Config::parallel`): the caller plus I/O threads, 1 to 256; 1: the calling thread only",
+    },
+    Var {
+        name: "FGDS_SPLIT_SIZE",
+        default: "16M",
+        meaning: "bytes of a call each of its threads takes at a time (`Config::split_size`): a multiple of 4096, suffixes K, M, G; smaller calls run on the calling thread alone",
+    },
+    Var {
         name: "FGDS_IO_URING",
         default: "1",
         meaning: "0: pread/pwrite/preadv/pwritev instead of io_uring (`Config::use_io_uring`)",
@@ -67,6 +77,10 @@ pub struct Env {
     pub threads: usize,
     /// `FGDS_IO_URING`.
     pub use_io_uring: bool,
+    /// `FGDS_PARALLEL` (default: `threads`).
+    pub parallel: u32,
+    /// `FGDS_SPLIT_SIZE`.
+    pub split_size: usize,
     /// The variables that are set, with their values, in [`VARS`] order.
     pub set: Vec<(&'static str, String)>,
     /// One message per variable whose value is wrong (its default is used
@@ -113,6 +127,8 @@ impl Env {
             queue_depth: DEFAULT_QUEUE_DEPTH,
             threads: default_threads(),
             use_io_uring: true,
+            parallel: 0,
+            split_size: DEFAULT_SPLIT_SIZE,
             set: Vec::new(),
             errors: Vec::new(),
         };
@@ -150,11 +166,28 @@ impl Env {
                     }
                     _ => Err(bad("not a number from 1 to 256")),
                 },
+                "FGDS_PARALLEL" => match val.trim().parse::<u32>() {
+                    Ok(n @ 1..=256) => {
+                        e.parallel = n;
+                        Ok(())
+                    }
+                    _ => Err(bad("not a number from 1 to 256")),
+                },
+                "FGDS_SPLIT_SIZE" => match parse_size(&val) {
+                    Some(n) if n > 0 && n % 4096 == 0 && n <= usize::MAX as u64 => {
+                        e.split_size = n as usize;
+                        Ok(())
+                    }
+                    _ => Err(bad("not a non-zero multiple of 4096 (suffixes K, M, G)")),
+                },
                 _ => Ok(()),
             };
             if let Err(m) = r {
                 e.errors.push(m);
             }
+        }
+        if e.parallel == 0 {
+            e.parallel = e.threads as u32;
         }
         e
     }
@@ -196,6 +229,8 @@ mod tests {
         assert!(!e.strict && e.use_io_uring);
         assert_eq!((e.chunk_size, e.queue_depth), (1 << 20, 16));
         assert!((4..=16).contains(&e.threads));
+        assert_eq!(e.parallel as usize, e.threads);
+        assert_eq!(e.split_size, DEFAULT_SPLIT_SIZE);
         assert!(e.set.is_empty() && e.check().is_ok());
     }
 
@@ -207,10 +242,13 @@ mod tests {
             ("FGDS_QUEUE_DEPTH", "64"),
             ("FGDS_THREADS", "2"),
             ("FGDS_IO_URING", "off"),
+            ("FGDS_PARALLEL", "3"),
+            ("FGDS_SPLIT_SIZE", "64M"),
         ]);
         assert!(e.strict && !e.use_io_uring);
         assert_eq!((e.chunk_size, e.queue_depth, e.threads), (256 << 10, 64, 2));
-        assert_eq!(e.set.len(), 5);
+        assert_eq!((e.parallel, e.split_size), (3, 64 << 20));
+        assert_eq!(e.set.len(), 7);
         assert!(e.check().is_ok());
     }
 
@@ -221,15 +259,19 @@ mod tests {
             ("FGDS_QUEUE_DEPTH", "0"),
             ("FGDS_STRICT", "maybe"),
             ("FGDS_THREADS", "x"),
+            ("FGDS_PARALLEL", "0"),
+            ("FGDS_SPLIT_SIZE", "5000"),
         ]);
         assert_eq!(e.chunk_size, 1 << 20, "the default stays");
-        assert_eq!(e.errors.len(), 4);
+        assert_eq!(e.errors.len(), 6);
         let m = e.check().unwrap_err().to_string();
         for n in [
             "FGDS_CHUNK_SIZE=\"1000\"",
             "FGDS_QUEUE_DEPTH=\"0\"",
             "FGDS_STRICT=\"maybe\"",
             "FGDS_THREADS=\"x\"",
+            "FGDS_PARALLEL=\"0\"",
+            "FGDS_SPLIT_SIZE=\"5000\"",
         ] {
             assert!(m.contains(n), "{m}");
         }

@@ -429,3 +429,114 @@ fn from_o_direct_fd_handles_unaligned_io() {
     assert_eq!(f.read(&rb, 5, 4000, 4096).unwrap(), 4000);
     assert_same(&rb.read_bytes(5, 4000).unwrap(), &src);
 }
+
+/// Small parts and four threads: one call runs on several threads.
+fn split_cfg() -> Config {
+    Config {
+        chunk_size: 64 * 1024,
+        queue_depth: 4,
+        parallel: 4,
+        split_size: 128 * 1024,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn split_call_reads_and_writes_every_byte() {
+    let d = tmpdir();
+    let len = 3_000_000 + 4096 * 3 + 123; // parts, an unaligned tail
+    let data = random_bytes(len, 21);
+    let p = file_with(&d, "f", &data);
+    for direct in [true, false] {
+        let f = open_rw(
+            &p,
+            Config {
+                disable_direct: !direct,
+                ..split_cfg()
+            },
+        );
+        let b = host(len + 8192);
+        // unaligned file offset and buffer offset: bounce edges, direct middle
+        assert_eq!(f.read(&b, 7, len - 7, 7).unwrap(), len - 7);
+        assert_same(&b.read_bytes(7, len - 7).unwrap(), &data[7..]);
+        let s = f.stats();
+        assert_eq!(s.read_bytes, (len - 7) as u64);
+        assert_eq!(s.direct_bytes + s.bounce_bytes, (len - 7) as u64);
+        assert_eq!(s.fallbacks, u64::from(!direct), "{s:?}");
+        assert!(!direct || s.direct_bytes > 2_900_000, "{s:?}");
+    }
+    // a split write, read back
+    let q = d.path().join("w");
+    let f = open_rw(&q, split_cfg());
+    let src = host(len);
+    src.write_bytes(0, &data).unwrap();
+    assert_eq!(f.write(&src, 0, len, 0).unwrap(), len);
+    assert_same(&std::fs::read(&q).unwrap(), &data);
+    assert_eq!(f.stats().write_bytes, len as u64);
+}
+
+#[test]
+fn split_call_stops_at_end_of_file() {
+    let d = tmpdir();
+    let len = 1_000_000;
+    let data = random_bytes(len, 22);
+    let p = file_with(&d, "f", &data);
+    let f = open_rw(&p, split_cfg());
+    // asks for 2 MiB from 4096: the parts past the end read nothing
+    let b = host(2 << 20);
+    assert_eq!(f.read(&b, 0, 2 << 20, 4096).unwrap(), len - 4096);
+    assert_same(&b.read_bytes(0, len - 4096).unwrap(), &data[4096..]);
+    // entirely past the end
+    assert_eq!(f.read(&b, 0, 1 << 20, 4 << 20).unwrap(), 0);
+}
+
+#[test]
+fn split_call_reports_a_failed_part() {
+    let d = tmpdir();
+    let data = random_bytes(1 << 20, 23);
+    let p = file_with(&d, "f", &data);
+    // read-only file: a split write fails with EBADF, named, and counted once
+    let f = FileHandle::open(&p, libc::O_RDONLY, 0, split_cfg()).unwrap();
+    let b = host(1 << 20);
+    let e = f.write(&b, 0, 1 << 20, 0).unwrap_err();
+    assert_eq!(e.errno(), libc::EBADF, "{e}");
+    assert_eq!(f.stats().errors, 1);
+    assert_same(&std::fs::read(&p).unwrap(), &data);
+}
+
+#[test]
+fn split_vectored_fallback_reads_every_segment() {
+    let d = tmpdir();
+    let len = 1_500_000;
+    let data = random_bytes(len, 24);
+    let p = file_with(&d, "f", &data);
+    let f = open_rw(
+        &p,
+        Config {
+            disable_direct: true,
+            ..split_cfg()
+        },
+    );
+    let bufs: Vec<Buffer> = (0..5).map(|_| host(400_000)).collect();
+    let sizes = [300_000usize, 1, 400_000, 299_999, 400_000];
+    let segs: Vec<Segment<'_>> = bufs
+        .iter()
+        .zip(sizes)
+        .map(|(b, size)| Segment {
+            buffer: b,
+            offset: 0,
+            size,
+        })
+        .collect();
+    let total: usize = sizes.iter().sum();
+    assert_eq!(f.readv(&segs, 11).unwrap(), total);
+    let mut off = 11;
+    for (b, size) in bufs.iter().zip(sizes) {
+        assert_same(&b.read_bytes(0, size).unwrap(), &data[off..off + size]);
+        off += size;
+    }
+    let s = f.stats();
+    assert_eq!((s.read_bytes, s.fallbacks), (total as u64, 1));
+    // short at the end of the file, in the middle of a segment
+    assert_eq!(f.readv(&segs, (len - 500_000) as u64).unwrap(), 500_000);
+}
