@@ -580,11 +580,13 @@ fn parse_mode(mode: &str) -> PyResult<i32> {
 }
 
 /// `File(path, mode="r", *, flags=None, perm=0o644, strict=None,
-/// chunk_size=None, queue_depth=None, use_io_uring=None, direct=True)`.
+/// chunk_size=None, queue_depth=None, use_io_uring=None, direct=True,
+/// parallel=None, split_size=None)`.
 ///
 /// `None` means the default: the library's, or what the `FGDS_*`
 /// environment variables set (`FGDS_STRICT`, `FGDS_CHUNK_SIZE`,
-/// `FGDS_QUEUE_DEPTH`, `FGDS_IO_URING`).
+/// `FGDS_QUEUE_DEPTH`, `FGDS_IO_URING`, `FGDS_PARALLEL`,
+/// `FGDS_SPLIT_SIZE`).
 ///
 /// A file opened for fgds I/O: an O_DIRECT descriptor (when the file system
 /// accepts it) plus a buffered one. `flags` (os.O_* bits) overrides `mode`.
@@ -614,6 +616,8 @@ fn make_config(
     queue_depth: Option<u32>,
     use_io_uring: Option<bool>,
     direct: bool,
+    parallel: Option<u32>,
+    split_size: Option<usize>,
 ) -> Config {
     let d = Config::default();
     Config {
@@ -622,6 +626,8 @@ fn make_config(
         strict: strict.unwrap_or(d.strict),
         use_io_uring: use_io_uring.unwrap_or(d.use_io_uring),
         disable_direct: !direct,
+        parallel: parallel.unwrap_or(d.parallel),
+        split_size: split_size.unwrap_or(d.split_size),
     }
 }
 
@@ -692,7 +698,7 @@ fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
 #[pymethods]
 impl File {
     #[new]
-    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true))]
+    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
@@ -705,12 +711,22 @@ impl File {
         queue_depth: Option<u32>,
         use_io_uring: Option<bool>,
         direct: bool,
+        parallel: Option<u32>,
+        split_size: Option<usize>,
     ) -> PyResult<File> {
         let fl = match flags {
             Some(f) => f,
             None => parse_mode(mode)?,
         };
-        let cfg = make_config(strict, chunk_size, queue_depth, use_io_uring, direct);
+        let cfg = make_config(
+            strict,
+            chunk_size,
+            queue_depth,
+            use_io_uring,
+            direct,
+            parallel,
+            split_size,
+        );
         let p = path.clone();
         let h = py
             .allow_threads(move || FileHandle::open(&p, fl, perm, cfg))
@@ -723,7 +739,8 @@ impl File {
 
     /// `File.from_fd(fd, **config)`: wraps an open descriptor (duplicated).
     #[staticmethod]
-    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true))]
+    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None))]
+    #[allow(clippy::too_many_arguments)]
     fn from_fd(
         fd: i32,
         strict: Option<bool>,
@@ -731,8 +748,18 @@ impl File {
         queue_depth: Option<u32>,
         use_io_uring: Option<bool>,
         direct: bool,
+        parallel: Option<u32>,
+        split_size: Option<usize>,
     ) -> PyResult<File> {
-        let cfg = make_config(strict, chunk_size, queue_depth, use_io_uring, direct);
+        let cfg = make_config(
+            strict,
+            chunk_size,
+            queue_depth,
+            use_io_uring,
+            direct,
+            parallel,
+            split_size,
+        );
         let h = FileHandle::from_fd(fd, cfg).map_err(to_py)?;
         Ok(File {
             inner: Mutex::new(Some(Arc::new(h))),
@@ -1443,7 +1470,7 @@ fn strerror(code: i32) -> &'static str {
 
 /// `config() -> dict`: the defaults in force, from the `FGDS_*`
 /// environment variables read once per process (`strict`, `chunk_size`,
-/// `queue_depth`, `threads`, `use_io_uring`), with `set` (the variables
+/// `queue_depth`, `threads`, `use_io_uring`, `parallel`, `split_size`), with `set` (the variables
 /// set and their values) and `errors` (one message per bad value; opening
 /// a file then fails with it).
 #[pyfunction]
@@ -1455,6 +1482,8 @@ fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("queue_depth", e.queue_depth)?;
     d.set_item("threads", e.threads)?;
     d.set_item("use_io_uring", e.use_io_uring)?;
+    d.set_item("parallel", e.parallel)?;
+    d.set_item("split_size", e.split_size)?;
     let set = PyDict::new(py);
     for (k, v) in &e.set {
         set.set_item(*k, v)?;
@@ -1506,5 +1535,6 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;
     m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;
     m.add("DEFAULT_QUEUE_DEPTH", fgds::engine::DEFAULT_QUEUE_DEPTH)?;
+    m.add("DEFAULT_SPLIT_SIZE", fgds::engine::DEFAULT_SPLIT_SIZE)?;
     Ok(())
 }

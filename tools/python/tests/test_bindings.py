@@ -396,6 +396,23 @@ def test_sync_io_uring_off(path):
         assert out == src.tobytes()
 
 
+def test_one_call_split_over_threads(path):
+    # 64 KiB parts on 4 threads: every byte in place, unaligned edges too
+    src = data(5 * 1024 * 1024 + 777, 12)
+    with fgds.File(path, "w+", parallel=4, split_size=65536) as f:
+        assert f.pwrite(src) == src.nbytes
+        out = bytearray(src.nbytes)
+        assert f.pread(out, src.nbytes - 3, 3, 3) == src.nbytes - 3
+        assert out[3:] == src.tobytes()[3:]
+        parts = [bytearray(1_000_000), np.zeros(3_000_000, np.uint8), bytearray(2_000_000)]
+        assert f.readv(parts, 11) == src.nbytes - 11
+        assert b"".join(bytes(p) for p in parts)[: src.nbytes - 11] == src.tobytes()[11:]
+    for bad in ({"parallel": 0}, {"split_size": 1000}):
+        with pytest.raises(fgds.FgdsError) as e:
+            fgds.File(path, "r", **bad)
+        assert e.value.errno == errno.EINVAL
+
+
 def test_from_fd(path):
     src = data(10000, 10)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -47,6 +47,8 @@ def test_defaults(tmpdir_ext4):
     assert c["strict"] is False and c["use_io_uring"] is True
     assert c["chunk_size"] == fgds_default("DEFAULT_CHUNK_SIZE")
     assert c["queue_depth"] == fgds_default("DEFAULT_QUEUE_DEPTH")
+    assert c["split_size"] == fgds_default("DEFAULT_SPLIT_SIZE")
+    assert c["parallel"] == c["threads"]
     assert c["set"] == {} and c["errors"] == []
     assert out["misaligned"] == "ok"
 
@@ -64,6 +66,13 @@ def test_environment_sets_defaults_and_arguments_win(tmpdir_ext4):
     assert c["set"] == {"FGDS_STRICT": "1", "FGDS_CHUNK_SIZE": "64K", "FGDS_THREADS": "2"}
     assert out["misaligned"] == 22  # EINVAL: strict mode refuses the bounce
     assert out["explicit"] == 4096  # strict=False given: it bounces
+
+
+def test_environment_sets_the_split(tmpdir_ext4):
+    out = run(tmpdir_ext4, FGDS_PARALLEL="3", FGDS_SPLIT_SIZE="1M")
+    c = out["config"]
+    assert (c["parallel"], c["split_size"]) == (3, 1 << 20)
+    assert c["set"] == {"FGDS_PARALLEL": "3", "FGDS_SPLIT_SIZE": "1M"}
 
 
 def test_bad_value_is_a_clear_error(tmpdir_ext4):

@@ -21,6 +21,7 @@ from ._fgds import (  # noqa: F401
     BATCH_IOV_MAX,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_QUEUE_DEPTH,
+    DEFAULT_SPLIT_SIZE,
     IOV_MAX,
     Batch,
     Buffer,
@@ -54,6 +55,7 @@ __all__ = [
     "BATCH_IOV_MAX",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_QUEUE_DEPTH",
+    "DEFAULT_SPLIT_SIZE",
 ]
 
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ IOV_MAX: int
 BATCH_IOV_MAX: int
 DEFAULT_CHUNK_SIZE: int
 DEFAULT_QUEUE_DEPTH: int
+DEFAULT_SPLIT_SIZE: int
 
 class FgdsError(OSError):
     """An fgds operation failed; ``errno`` says why, the message ends with
@@ -69,6 +70,8 @@ class File:
         queue_depth: Optional[int] = None,
         use_io_uring: Optional[bool] = None,
         direct: bool = True,
+        parallel: Optional[int] = None,
+        split_size: Optional[int] = None,
     ) -> "File": ...
     @staticmethod
     def from_fd(
@@ -79,6 +82,8 @@ class File:
         queue_depth: Optional[int] = None,
         use_io_uring: Optional[bool] = None,
         direct: bool = True,
+        parallel: Optional[int] = None,
+        split_size: Optional[int] = None,
     ) -> "File": ...
     def pread(
         self, buf: _Memory, size: Optional[int] = None, file_offset: int = 0, buf_offset: int = 0
