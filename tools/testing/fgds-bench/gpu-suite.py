@@ -1,27 +1,83 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""The GPU machine's benchmark suite, in one run (not a test).
+"""The GPU machine's benchmark suite, every peer in one run (not a test).
 
-1. A file into GPU memory: the disk's parallel O_DIRECT ceiling (into host
-   memory), fgds (its fallback path where no fgds node serves the GPU),
-   plain read + copy, a pinned double-buffered loop, KvikIO and
-   torch.cuda.gds (how it fails, if it does). Every result is compared with
-   the reference on the GPU.
+1. A file into GPU memory, page cache cold (dropped before every round) and
+   warm (read once before): the disk's parallel O_DIRECT ceiling and the
+   page cache's (a pool of pread threads into host memory); fgds as one
+   call (`File.pread` of the whole file; the same with `parallel=1`, the
+   calling thread alone; warm, with 8 MiB chunks in 4 MiB parts), as a
+   batch (64 x 32 MiB requests) and into host memory (its O_DIRECT path,
+   one call and batch); plain read + copy; a pinned double-buffered loop;
+   KvikIO (its defaults, and 16 threads); torch.cuda.gds (how it fails, if
+   it does). Then the file's first 2 GiB from GPU memory into the page
+   cache (the file removed before every round, no fsync): fgds one call
+   and batch, KvikIO (defaults and 16 threads).
 2. A multi-GiB state dict: torch.load(map_location="cuda") against
    fgds.torch.load_state_dict (and torch.cuda.gds's recipe); a safetensors
-   file: safetensors.torch.load_file(device="cuda") against
-   fgds.safetensors.load_file.
+   file: safetensors.torch.load_file(device="cuda"), fastsafetensors in its
+   no-GDS mode and fgds.safetensors.load_file. Warm and cold, as above.
 
-Prints a table and writes JSON (--json). Usage:
-    gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--json OUT]
+Every figure is the median of --rounds rounds (default 3) with the lowest and
+highest beside it; every result is compared with the reference on the GPU
+(first round). The machine is described from what this program reads:
+/proc/cpuinfo, /proc/meminfo, /proc/mounts, /sys/block, uname, nvidia-smi.
+"Cold" needs /proc/sys/vm/drop_caches (root); where it cannot be written
+the cold rows are left out and the JSON says so (files larger than memory
+would be the other way: --file-gib). Page-cache residency is read with
+mincore(2) before each round and recorded.
+
+Prints a table and writes JSON (--json, rewritten after every row, so a run
+cut short keeps what it measured); report.py turns it into
+docs/benchmarks.md section 3. The whole run took 268 s on the H200 machine
+(4 GiB file, 2 GiB state dict, 3 rounds).
+
+On the GPU machine (the `run` tool; nothing can be downloaded there), built
+and downloaded here, carried in build/ (ignored by git, named in `carry`):
+
+    # the fgds wheel (abi3, glibc 2.34)
+    (cd tools/python && CARGO_TARGET_DIR=../../build/python-target \\
+      maturin build --release -j1 --compatibility manylinux_2_34 \\
+      -o ../../build/python-wheels-gpu)
+    # the peers the image lacks (Python 3.12 there; torch, safetensors,
+    # cupy-cuda13x, cuda-toolkit, cuda-pathfinder, nvidia-cufile and typer
+    # are in the image)
+    for p in kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 rapids-logger==0.3.0 \\
+             fastsafetensors==0.5.0; do
+      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
+        --implementation cp --platform manylinux_2_28_x86_64 \\
+        --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \\
+        --platform manylinux_2_17_x86_64 -d build/gpu-whl $p
+    done
+    cp build/python-wheels-gpu/fgds-*.whl build/gpu-whl/
+
+run with carry ["build/gpu-whl"] (7.2 MiB; the tool sends the checkout the
+session started in, so a helper working in another worktree copies the
+folder and this program into an ignored folder of that checkout and runs
+them from there) and the command
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \\
+      build/gpu-whl/*.whl && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 &&
+    python3 tools/testing/fgds-bench/gpu-suite.py --dir /root/gpu-suite \\
+      --json $OUT/gpu-suite.json
+
+then copy gpu-suite.json to build/bench/ (and docs/benchmarks/) and run
+report.py.
+
+Usage:
+    gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--rounds N]
+                 [--json OUT] [--only PART,...]
 """
 
 import argparse
+import ctypes
 import json
 import mmap
 import os
 import platform
 import resource
+import statistics
+import subprocess
 import threading
 import time
 import traceback
@@ -32,70 +88,226 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
+# ---------------------------------------------------------------- the page cache
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def resident(path):
+    """Fraction of the file's pages in the page cache (mincore(2) of a
+    shared read-only mapping)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0.0
+    mmap_ = _libc.mmap
+    mmap_.restype = ctypes.c_void_p
+    mmap_.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = mmap_(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        return None
+    try:
+        page = mmap.PAGESIZE
+        n = (size + page - 1) // page
+        vec = (ctypes.c_ubyte * n)()
+        if _libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) != 0:
+            return None
+        return sum(v & 1 for v in bytes(vec)) / n
+    finally:
+        _libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
+
+
+def drop_caches():
+    """Writes back and drops the page cache; False where that is not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def warm(path):
+    """Reads the whole file through the page cache (8 threads)."""
+    n = os.path.getsize(path)
+    pool_read(path, n, threads=8, direct=False)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def read_text(p):
+    try:
+        with open(p) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def machine(d):
+    info = {"uname": " ".join(platform.uname())}
+    cpu = read_text("/proc/cpuinfo") or ""
+    models = [ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")]
+    info["cpu"] = f"{models[0] if models else '?'} x{len(models) or os.cpu_count()}"
+    mem = read_text("/proc/meminfo") or ""
+    for ln in mem.splitlines():
+        if ln.startswith("MemTotal:"):
+            info["mem_total_kib"] = int(ln.split()[1])
+    # the file system and block device the files live on
+    best = None
+    for ln in (read_text("/proc/mounts") or "").splitlines():
+        dev, mnt, fs = ln.split()[:3]
+        if os.path.realpath(d).startswith(mnt.rstrip("/") + "/") or os.path.realpath(d) == mnt:
+            if best is None or len(mnt) > len(best[1]):
+                best = (dev, mnt, fs)
+    if best:
+        info["fs"] = {"device": best[0], "mount": best[1], "type": best[2]}
+        name = os.path.basename(os.path.realpath(best[0])) if best[0].startswith("/dev/") else None
+        if name:
+            blk = name
+            if not os.path.exists(f"/sys/block/{blk}"):  # a partition: its disk
+                for b in os.listdir("/sys/block"):
+                    if os.path.exists(f"/sys/block/{b}/{name}"):
+                        blk = b
+            q = f"/sys/block/{blk}"
+            info["block"] = {
+                "name": blk,
+                "model": read_text(f"{q}/device/model"),
+                "vendor": read_text(f"{q}/device/vendor"),
+                "driver": os.path.basename(os.path.realpath(f"{q}/device/driver"))
+                if os.path.exists(f"{q}/device/driver")
+                else None,
+                "rotational": read_text(f"{q}/queue/rotational"),
+                "scheduler": read_text(f"{q}/queue/scheduler"),
+                "max_sectors_kb": read_text(f"{q}/queue/max_sectors_kb"),
+                "nr_requests": read_text(f"{q}/queue/nr_requests"),
+                "size_gib": round(int(read_text(f"{q}/size") or 0) * 512 / 2**30, 1),
+            }
+    info["block_devices"] = sorted(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else []
+    info["nvme"] = [b for b in info["block_devices"] if b.startswith("nvme")]
+    try:
+        q = "name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current"
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
+        info["nvidia_smi"] = out.stdout.strip() or out.stderr.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        info["nvidia_smi"] = f"failed: {e}"
+    dmi = read_text("/sys/class/dmi/id/sys_vendor")
+    if dmi:
+        info["dmi_sys_vendor"] = dmi
+    info["hypervisor"] = "hypervisor" in cpu.split("flags", 1)[-1].split("\n", 1)[0] if "flags" in cpu else None
+    return info
+
+
+# ---------------------------------------------------------------- measuring
+
+
 class Suite:
     def __init__(self, args):
         self.args = args
         self.rows = []
+        self.info = {}
 
-    def measure(self, part, name, nbytes, fn, check=None):
-        """Run fn() (which returns the result or raises), time it with CPU
-        seconds, check it, and record a row; failures are recorded too."""
+    def measure(self, part, name, nbytes, fn, check=None, cache=None, path=None, note=None, prep=None):
+        """Runs fn() --rounds times (it returns the result or raises), times
+        each round with CPU seconds, checks the first result and records
+        one row: median, lowest and highest. `cache` "cold" drops the page
+        cache before every round, "warm" reads `path` once before the first
+        and checks it stayed resident. `prep()` runs before every round,
+        untimed."""
         import torch
 
-        row = {"part": part, "engine": name, "bytes": nbytes}
+        row = {"part": part, "engine": name, "bytes": nbytes, "cache": cache}
+        if note:
+            row["note"] = note
+        rates, cpus, res = [], [], []
         try:
-            torch.cuda.synchronize()
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            out = fn()
-            torch.cuda.synchronize()
-            secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            for i in range(self.args.rounds):
+                if prep is not None:
+                    prep()
+                if cache == "cold":
+                    drop_caches()
+                elif cache == "warm" and i == 0 and path:
+                    warm(path)
+                if path:
+                    res.append(resident(path))
+                torch.cuda.synchronize()
+                c0, t0 = cpu_seconds(), time.perf_counter()
+                out = fn()
+                torch.cuda.synchronize()
+                secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+                rates.append(nbytes / secs / 2**20)
+                cpus.append(cpu / (nbytes / 2**30))
+                if i == 0:
+                    if check is not None:
+                        row["identical"] = bool(check(out))
+                    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+                        row["stats"] = out[1]
+                del out
             row.update(
-                seconds=secs,
-                mib_per_s=nbytes / secs / 2**20,
-                cpu_s_per_gib=cpu / (nbytes / 2**30),
+                mib_per_s=statistics.median(rates),
+                mib_per_s_min=min(rates),
+                mib_per_s_max=max(rates),
+                rounds=rates,
+                cpu_s_per_gib=statistics.median(cpus),
+                cpu_rounds=cpus,
             )
-            if check is not None:
-                row["identical"] = bool(check(out))
-            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
-                row["stats"] = out[1]
+            if res:
+                row["resident_before"] = res
         except Exception as e:  # recorded: a peer that fails here is a result
             row["error"] = f"{type(e).__name__}: {e}".strip()[:400]
             if self.args.verbose:
                 traceback.print_exc()
         self.rows.append(row)
         self.print_row(row)
+        self.save()
         return row
+
+    def save(self):
+        """The JSON so far (a run cut short keeps what it measured)."""
+        if self.args.json:
+            with open(self.args.json + ".tmp", "w") as f:
+                json.dump({"suite": "gpu", "host": self.info, "rows": self.rows}, f, indent=1)
+            os.replace(self.args.json + ".tmp", self.args.json)
 
     @staticmethod
     def print_row(r):
+        tag = f"{r['part']:<11} {(r.get('cache') or '-'):<4} {r['engine']:<34}"
         if "error" in r:
-            print(f"  {r['part']:<10} {r['engine']:<28} FAILED: {r['error']}", flush=True)
+            print(f"  {tag} FAILED: {r['error']}", flush=True)
         else:
             ok = {True: "yes", False: "NO", None: "-"}[r.get("identical")]
+            res = r.get("resident_before")
+            rs = f" resident {min(res):.2f}-{max(res):.2f}" if res else ""
             print(
-                f"  {r['part']:<10} {r['engine']:<28} {r['mib_per_s']:>9.0f} MiB/s"
-                f" {r['cpu_s_per_gib']:>8.3f} CPU s/GiB  identical: {ok}",
+                f"  {tag} {r['mib_per_s']:>8.0f} MiB/s ({r['mib_per_s_min']:.0f}-{r['mib_per_s_max']:.0f})"
+                f" {r['cpu_s_per_gib']:>7.3f} CPU s/GiB  identical: {ok}{rs}",
                 flush=True,
             )
 
 
 def write_file(path, nbytes):
-    """A file of random-looking bytes (written once, through the page cache)."""
+    """A file of random bytes (written once, through the page cache)."""
     import torch
 
-    chunk = 64 << 20
-    g = torch.Generator().manual_seed(7)
+    chunk = 256 << 20
+    g = torch.Generator(device="cuda").manual_seed(7)
     with open(path, "wb") as f:
         left = nbytes
         while left:
             n = min(chunk, left)
-            f.write(torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g).numpy().tobytes())
+            f.write(torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda", generator=g).cpu().numpy().tobytes())
             left -= n
         f.flush()
         os.fsync(f.fileno())
 
 
-def odirect_ceiling(path, nbytes, threads=8, chunk=8 << 20, direct=True):
+def pool_read(path, nbytes, threads=16, chunk=8 << 20, direct=True):
     """Parallel preads into host memory: with O_DIRECT, what the disk gives;
     without, what the page cache gives."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
@@ -120,7 +332,34 @@ def odirect_ceiling(path, nbytes, threads=8, chunk=8 << 20, direct=True):
     os.close(fd)
 
 
-def part_file(s, d, ref_holder):
+def fgds_batch(f, buf, n, op="read", req=32 << 20, depth=64):
+    """n bytes in requests of `req`, `depth` in flight (a Batch)."""
+    import fgds
+
+    reqs = [(op, f, buf, min(req, n - off), off, off, i) for i, off in enumerate(range(0, n, req))]
+    done = 0
+    with fgds.Batch(depth) as b:
+        nxt = 0
+        out = 0
+        while done < len(reqs):
+            while nxt < len(reqs) and out < depth:
+                k = min(depth - out, len(reqs) - nxt)
+                b.submit(reqs[nxt : nxt + k])
+                nxt += k
+                out += k
+            for cookie, status, result in b.wait(1):
+                if status in ("pending", "timeout"):
+                    continue
+                if status != "complete" or result != reqs[cookie][3]:
+                    raise RuntimeError(f"batch request {cookie}: {status} {result}")
+                done += 1
+                out -= 1
+
+
+# ---------------------------------------------------------------- 1. a file
+
+
+def part_file(s, d):
     import torch
     import fgds
 
@@ -128,45 +367,49 @@ def part_file(s, d, ref_holder):
     path = os.path.join(d, "file.bin")
     if not os.path.exists(path) or os.path.getsize(path) != n:
         write_file(path, n)
-    ref = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8).cuda()
-    ref_holder.append(ref)
+    with open(path, "rb") as f:
+        ref = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).cuda()
+    host = fgds.Buffer.alloc(n)  # page-aligned host memory: fgds's O_DIRECT path
 
     def same(t):
         return torch.equal(t if not isinstance(t, tuple) else t[0], ref)
 
-    # The disk's parallel O_DIRECT ceiling, into host memory: a pool of
-    # pread threads, and fgds's own engine (io_uring, 16 x 1 MiB in flight).
-    s.measure("file", "ceiling: pread pool (host)", n, lambda: odirect_ceiling(path, n, threads=16))
+    def same_host(_):
+        # the first, a middle and the last 64 MiB (all 4 GiB would be a copy of its own)
+        k = 64 << 20
+        return all(
+            host.read_bytes(o, k) == ref[o : o + k].cpu().numpy().tobytes() for o in (0, n // 2 - k, n - k)
+        )
 
-    def engine_host(chunk=256 << 20):
-        b = fgds.Buffer.alloc(chunk)
-        with fgds.File(path, "r", strict=True) as f:
-            for off in range(0, n, chunk):
-                f.pread(b, min(chunk, n - off), off)
+    def fgds_read(**kw):
+        t = torch.empty(n, dtype=torch.uint8, device="cuda")
+        with fgds.File(path, "r", **kw) as f:
+            got = f.pread(t)
+            st = dict(f.stats())
+        assert got == n, got
+        return t, st
+
+    def fgds_read_batch():
+        t = torch.empty(n, dtype=torch.uint8, device="cuda")
+        with fgds.File(path, "r") as f, fgds.Buffer(t) as b:
+            fgds_batch(f, b, n)
+            st = dict(f.stats())
+        return t, st
+
+    def host_one():
+        with fgds.File(path, "r") as f:
+            assert f.pread(host, n) == n
             return None, dict(f.stats())
 
-    s.measure("file", "ceiling: fgds engine (host)", n, engine_host)
-    # fgds's fallback (like KvikIO's compat mode) reads through the page
-    # cache: its ceiling is the page cache's, measured the same way.
-    s.measure(
-        "file", "ceiling: buffered pread pool", n, lambda: odirect_ceiling(path, n, threads=16, direct=False)
-    )
-
-    def fgds_read():
-        t = torch.empty(n, dtype=torch.uint8, device="cuda")
+    def host_batch():
         with fgds.File(path, "r") as f:
-            f.pread(t)
-            st = f.stats()
-        return t, dict(st) if not isinstance(st, dict) else st
-
-    s.measure("file", "fgds (fallback: no fgds node)", n, fgds_read, same)
+            fgds_batch(f, host, n)
+            return None, dict(f.stats())
 
     def plain():
         with open(path, "rb") as f:
             data = f.read()
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).cuda()
-
-    s.measure("file", "read + copy", n, plain, same)
 
     def pinned_double_buffered(chunk=64 << 20):
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -189,17 +432,19 @@ def part_file(s, d, ref_holder):
         os.close(fd)
         return t
 
-    s.measure("file", "pinned double-buffered", n, pinned_double_buffered, same)
-
-    def kvikio_read():
+    def kvikio_read(threads=None):
         import kvikio
+        import kvikio.defaults
 
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
-        with kvikio.CuFile(path, "r") as f:
-            f.pread(t).get()
+        if threads:
+            with kvikio.defaults.set({"num_threads": threads}):
+                with kvikio.CuFile(path, "r") as f:
+                    f.pread(t).get()
+        else:
+            with kvikio.CuFile(path, "r") as f:
+                f.pread(t).get()
         return t
-
-    s.measure("file", "KvikIO", n, kvikio_read, same)
 
     def torch_gds():
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -209,7 +454,74 @@ def part_file(s, d, ref_holder):
         f.deregister_handle()
         return t
 
-    s.measure("file", "torch.cuda.gds", n, torch_gds, same)
+    caches = ["warm"] + (["cold"] if s.can_drop else [])
+    for cache in caches:
+        m = lambda name, fn, check=None, **kw: s.measure("file", name, n, fn, check, cache=cache, path=path, **kw)  # noqa: E731
+        if cache == "cold":
+            m("ceiling: O_DIRECT pread pool (host)", lambda: pool_read(path, n, threads=16))
+        m("ceiling: buffered pread pool (host)", lambda: pool_read(path, n, threads=16, direct=False))
+        m("fgds one call (host)", host_one, same_host)
+        m("fgds batch (host)", host_batch, same_host)
+        m("fgds one call", fgds_read, same)
+        m("fgds one call, parallel=1", lambda: fgds_read(parallel=1), same)
+        if cache == "warm":
+            m("fgds one call, 8M chunks, 4M split", lambda: fgds_read(chunk_size=8 << 20, split_size=4 << 20), same)
+        m("fgds batch", fgds_read_batch, same)
+        m("read + copy", plain, same)
+        m("pinned double-buffered", pinned_double_buffered, same)
+        m("KvikIO", kvikio_read, same)
+        m("KvikIO, 16 threads", lambda: kvikio_read(16), same)
+        m("torch.cuda.gds", torch_gds, same)
+    del host
+
+    # writes from GPU memory into the page cache (no fsync; the file is the
+    # suite's own, removed before every round so that no round pays for
+    # the last one's pages)
+    wn = min(n, 2 << 30)
+    src = ref[:wn]
+    wpath = os.path.join(d, "write.bin")
+
+    def unlink():
+        if os.path.exists(wpath):
+            os.unlink(wpath)
+        os.sync()
+
+    def fgds_write(batch=False):
+        with fgds.File(wpath, "w") as f:
+            if batch:
+                with fgds.Buffer(src) as b:
+                    fgds_batch(f, b, wn, op="write")
+            else:
+                assert f.pwrite(src) == wn
+            st = dict(f.stats())
+        return None, st
+
+    def kvikio_write(threads=None):
+        import kvikio
+        import kvikio.defaults
+
+        if threads:
+            with kvikio.defaults.set({"num_threads": threads}):
+                with kvikio.CuFile(wpath, "w") as f:
+                    f.pwrite(src).get()
+        else:
+            with kvikio.CuFile(wpath, "w") as f:
+                f.pwrite(src).get()
+
+    def written(_):
+        with open(wpath, "rb") as f:
+            return torch.equal(torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).cuda(), src)
+
+    mw = lambda name, fn: s.measure("write", name, wn, fn, written, cache="page cache", prep=unlink)  # noqa: E731
+    mw("fgds one call", fgds_write)
+    mw("fgds batch", lambda: fgds_write(True))
+    mw("KvikIO", kvikio_write)
+    mw("KvikIO, 16 threads", lambda: kvikio_write(16))
+    unlink()
+    del ref, src
+
+
+# ---------------------------------------------------------------- 2. checkpoints
 
 
 def part_checkpoint(s, d):
@@ -237,18 +549,6 @@ def part_checkpoint(s, d):
     torch.save(sd, p_torch)
     ft.save_state_dict(sd, p_fgds)
 
-    s.measure("checkpoint", "torch.load(cuda)", n, lambda: torch.load(p_torch, map_location="cuda"), same)
-    s.measure(
-        "checkpoint",
-        "fgds.torch.load_state_dict",
-        n,
-        lambda: ft.load_state_dict(p_fgds, "cuda", return_stats=True),
-        same,
-    )
-    s.measure(
-        "checkpoint", "torch.load of fgds's file", n, lambda: torch.load(p_fgds, map_location="cuda"), same
-    )
-
     def torch_gds_recipe():
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -265,30 +565,45 @@ def part_checkpoint(s, d):
             out[k] = t
         return out
 
-    s.measure("checkpoint", "torch.cuda.gds recipe", n, torch_gds_recipe, same)
-
-    try:
-        import safetensors.torch as st
-        import fgds.safetensors as fst
-    except ImportError as e:
-        s.rows.append({"part": "safetensors", "engine": "-", "error": f"ImportError: {e}"})
-        return
     tensors = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
     p_st = os.path.join(d, "model.safetensors")
+    import safetensors.torch as st
+
     st.save_file(tensors, p_st)
 
     def same_t(out):
         got = out[0] if isinstance(out, tuple) else out
         return all(torch.equal(got[k], v) for k, v in tensors.items())
 
-    s.measure("safetensors", "safetensors load_file(cuda)", n, lambda: st.load_file(p_st, device="cuda"), same_t)
-    s.measure(
-        "safetensors",
-        "fgds.safetensors.load_file",
-        n,
-        lambda: fst.load_file(p_st, device="cuda", return_stats=True),
-        same_t,
-    )
+    def fastsafetensors_load():
+        from fastsafetensors import SafeTensorsFileLoader
+
+        loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+        try:
+            loader.add_filenames({0: [p_st]})
+            fb = loader.copy_files_to_device()
+            out = {k: fb.get_tensor(k) for k in loader.get_keys()}
+            torch.cuda.synchronize()
+            return out
+        finally:
+            loader.close()
+
+    import fgds.safetensors as fst
+
+    caches = ["warm"] + (["cold"] if s.can_drop else [])
+    for cache in caches:
+        def m(part, name, path, fn, check):
+            return s.measure(part, name, n, fn, check, cache=cache, path=path)
+
+        m("checkpoint", "torch.load(cuda)", p_torch, lambda: torch.load(p_torch, map_location="cuda"), same)
+        m("checkpoint", "fgds.torch.load_state_dict", p_fgds,
+          lambda: ft.load_state_dict(p_fgds, "cuda", return_stats=True), same)
+        m("checkpoint", "torch.load of fgds's file", p_fgds, lambda: torch.load(p_fgds, map_location="cuda"), same)
+        m("checkpoint", "torch.cuda.gds recipe", p_fgds, torch_gds_recipe, same)
+        m("safetensors", "safetensors load_file(cuda)", p_st, lambda: st.load_file(p_st, device="cuda"), same_t)
+        m("safetensors", "fastsafetensors (nogds)", p_st, fastsafetensors_load, same_t)
+        m("safetensors", "fgds.safetensors.load_file", p_st,
+          lambda: fst.load_file(p_st, device="cuda", return_stats=True), same_t)
 
 
 def main():
@@ -296,6 +611,8 @@ def main():
     ap.add_argument("--dir", default=os.path.join(os.getcwd(), "build", "gpu-suite"))
     ap.add_argument("--file-gib", type=int, default=4)
     ap.add_argument("--sd-gib", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="file,checkpoint")
     ap.add_argument("--json", default=None)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
@@ -304,24 +621,36 @@ def main():
 
     os.makedirs(args.dir, exist_ok=True)
     s = Suite(args)
-    info = {
-        "gpu": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "fgds_nodes": [str(d) for d in fgds.list_devices()],
-        "dir": args.dir,
-    }
-    print(f"GPU machine suite: {info}", flush=True)
-    refs = []
-    part_file(s, args.dir, refs)
-    refs.clear()
-    torch.cuda.empty_cache()
-    part_checkpoint(s, args.dir)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"suite": "gpu", "host": info, "rows": s.rows}, f, indent=1)
+    s.can_drop = drop_caches()
+    info = machine(args.dir)
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod in ("fgds", "kvikio", "safetensors", "fastsafetensors"):
+        try:
+            from importlib.metadata import version
+
+            versions[mod] = version({"kvikio": "kvikio-cu13"}.get(mod, mod))
+        except Exception as e:  # noqa: BLE001 - recorded
+            versions[mod] = f"not installed ({type(e).__name__})"
+    info.update(
+        gpu=torch.cuda.get_device_name(0),
+        versions=versions,
+        fgds_nodes=[str(x) for x in fgds.list_devices()],
+        fgds_module=fgds.module_loaded(),
+        fgds_config={k: v for k, v in fgds.config().items() if k != "errors"},
+        dir=args.dir,
+        drop_caches=s.can_drop,
+        rounds=args.rounds,
+    )
+    s.info = info
+    print(f"GPU machine suite: {json.dumps(info)}", flush=True)
+    parts = args.only.split(",")
+    if "file" in parts:
+        part_file(s, args.dir)
+        torch.cuda.empty_cache()
+    if "checkpoint" in parts:
+        part_checkpoint(s, args.dir)
+    s.info["complete"] = True
+    s.save()
 
 
 if __name__ == "__main__":
