@@ -546,7 +546,8 @@ def gpu_plot(doc, outdir):
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 1.5))
     names = [f"{r['part']} {r.get('cache') or ''}: {r['engine']}" for r in rows]
     for ax, key, label in ((axes[0], "mib_per_s", "MiB/s"), (axes[1], "cpu_s_per_gib", "CPU s / GiB")):
-        ax.barh(names, [r[key] for r in rows], color=["tab:green" if "fgds" in n else "tab:gray" for n in names])
+        ax.barh(names, [r[key] for r in rows],
+                color=["tab:green" if r["engine"].startswith("fgds") else "tab:gray" for r in rows])
         ax.invert_yaxis()
         ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
