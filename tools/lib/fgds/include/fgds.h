@@ -41,10 +41,11 @@ extern "C" {
 /* Tunables of a handle; NULL, zero fields and flags not set mean the
  * defaults (1 MiB chunks, queue depth 16, io_uring, not strict), which the
  * FGDS_* environment variables may change (README.md, "Configuration by
- * environment"). */
+ * environment"). A call larger than FGDS_SPLIT_SIZE (16 MiB) runs on up to
+ * FGDS_PARALLEL threads (the I/O threads' count), each with its own queue. */
 struct fgds_config {
 	uint64_t chunk_size;	/* bytes per request, multiple of 4096 */
-	uint32_t queue_depth;	/* requests in flight per call, 1..4096 */
+	uint32_t queue_depth;	/* requests in flight per thread of a call, 1..4096 */
 	uint32_t flags;		/* FGDS_CONFIG_* */
 };
 

@@ -52,7 +52,9 @@ pub const DEFAULT_SPLIT_SIZE: usize = 16 << 20;
 pub struct Config {
     /// Bytes per request a large I/O is split into (multiple of 4096).
     pub chunk_size: usize,
-    /// Requests in flight per call (io_uring entries of the thread's ring).
+    /// Requests in flight per thread of a call (io_uring entries of the
+    /// thread's ring; a call split over `parallel` threads has up to
+    /// `parallel * queue_depth`).
     pub queue_depth: u32,
     /// Refuse every bounce: misalignment is [`Error::Misaligned`] and an
     /// impossible direct path is [`Error::P2pUnavailable`].

@@ -40,7 +40,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "FGDS_QUEUE_DEPTH",
         default: "16",
-        meaning: "requests in flight per call (`Config::queue_depth`), 1 to 4096",
+        meaning: "requests in flight per thread of a call (`Config::queue_depth`), 1 to 4096",
     },
     Var {
         name: "FGDS_THREADS",
