@@ -8,7 +8,9 @@ the suites' JSON documents:
 DIR (default build/bench; docs/benchmarks to redo the page from the kept
 inputs) holds vm-suite.json (make bench), host-suite.json
 (tools/testing/fgds-bench/host-suite.sh) and gpu-suite.json (gpu-suite.py on
-the GPU machine); a missing one is reported as not run. Plots go to
+the GPU machine); one missing there is taken from the inputs kept in
+docs/benchmarks/ (and said so), one missing in both is reported as not run.
+gpu-vec.json (gpu-vec.py) is taken the same way. Plots go to
 docs/benchmarks/ (plot.py for the VM and host suites, bar charts for the GPU
 suite).
 """
@@ -615,10 +617,20 @@ def main():
     a = ap.parse_args()
     img_dir = os.path.join(a.docs, "benchmarks")
     os.makedirs(img_dir, exist_ok=True)
-    docs = {n: load(os.path.join(a.bench, f"{n}-suite.json")) for n in ("vm", "host", "gpu")}
+    # a suite not run again since the page was made keeps its kept input
+    src = {}
+    for n in ("vm", "host", "gpu"):
+        for d in (a.bench, img_dir):
+            if os.path.exists(os.path.join(d, f"{n}-suite.json")):
+                src[n] = os.path.join(d, f"{n}-suite.json")
+                break
+    docs = {n: load(src[n]) if n in src else None for n in ("vm", "host", "gpu")}
+    for n in src:
+        if os.path.dirname(os.path.abspath(src[n])) != os.path.abspath(a.bench):
+            print(f"report.py: no {n}-suite.json in {a.bench}: using the kept {src[n]}")
     for n in ("vm", "host"):
         if docs[n]:
-            subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), os.path.join(a.bench, f"{n}-suite.json"), img_dir], check=True)
+            subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), src[n], img_dir], check=True)
     # plot.py installs matplotlib into build/bench-venv when it is missing
     venv_site = [p for p in __import__("glob").glob(os.path.join(TOP, "build", "bench-venv", "lib", "python3*", "site-packages"))]
     sys.path[:0] = venv_site
@@ -644,13 +656,16 @@ def main():
             parts.append(driver_section(docs[n]))
         if n == "gpu":
             gpu_plot(docs[n], img_dir)
-            vec = load(os.path.join(a.bench, "gpu-vec.json")) or load(os.path.join(img_dir, "gpu-vec.json"))
+            vec = load(os.path.join(a.bench, "gpu-vec.json"))
+            if vec and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                with open(os.path.join(img_dir, "gpu-vec.json"), "w") as f:
+                    json.dump(vec, f, indent=1)
+            vec = vec or load(os.path.join(img_dir, "gpu-vec.json"))
             if vec:
                 parts.append(gpu_vec_section(vec))
     # the inputs go with the page, so that it can be checked and regenerated
     for n in ("vm", "host", "gpu"):
-        src = os.path.join(a.bench, f"{n}-suite.json")
-        if docs[n] and os.path.abspath(src) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
+        if docs[n] and os.path.abspath(src[n]) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
             with open(os.path.join(img_dir, f"{n}-suite.json"), "w") as f:
                 json.dump(docs[n], f, indent=1)
     with open(os.path.join(a.docs, "benchmarks.md"), "w") as f:
