@@ -548,8 +548,9 @@ def gpu_vec_section(doc):
 
 
 def driver_section(doc):
-    """The driver's own figures from vm-suite.json's "driver" object, which
-    `make bench` (fgds_bench) writes:
+    """The driver's own figures from vm-suite.json's "driver" object (or
+    from vm-driver.json beside it, that object or a document holding it
+    under "driver"), which `make bench` (fgds_bench) is to write:
 
         "driver": {"kernel": str,
                    "registrations": [{"bytes": int, "reg_mmap_us": float,
@@ -653,7 +654,17 @@ def main():
         res = fn(docs[n], "benchmarks")
         parts.append(res[0] if isinstance(res, tuple) else res)
         if n == "vm":
-            parts.append(driver_section(docs[n]))
+            drv = docs[n]
+            if "driver" not in drv:
+                # fgds_bench's figures may come as a file of their own
+                d = load(os.path.join(a.bench, "vm-driver.json"))
+                if d and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                    with open(os.path.join(img_dir, "vm-driver.json"), "w") as f:
+                        json.dump(d, f, indent=1)
+                d = d or load(os.path.join(img_dir, "vm-driver.json"))
+                if d:
+                    drv = dict(drv, driver=d.get("driver", d))
+            parts.append(driver_section(drv))
         if n == "gpu":
             gpu_plot(docs[n], img_dir)
             vec = load(os.path.join(a.bench, "gpu-vec.json"))
