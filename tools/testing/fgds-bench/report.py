@@ -145,9 +145,10 @@ def vm_section(doc, img):
             "(it already packs memory-contiguous segments into one iovec); the fix is the driver's: one",
             "pagemap per registration, or per run of contiguous chunks, so that a request's pages share",
             "one. The same split happens to a plain request that crosses a 2 MiB chunk boundary, which the",
-            "MDTS split hides here. To see it in the VM: the first field of `/sys/block/nvme0n1/stat`",
-            "(reads completed) grows about 4 times as fast per byte during the 64 KiB `fgds-vec` rows as",
-            "during the `fgds` rows, 2 times at 1 MiB.",
+            "MDTS split hides here. To see it in the VM, `fgds_vecsplit $FGDS_EXT4/vecsplit.bin`",
+            "(`tools/testing/selftests/fgds/fgds_vecsplit.c`) counts the disk's completed reads per request",
+            "for a plain read, a READV of 4 segments inside one chunk and one of 4 segments in 4",
+            "registrations: by the reading above 1, 1 and 4 at 64 KiB, 2, 2 and 4 at 1 MiB (not run yet).",
             "",
         ]
     return "\n".join(out), miss_ratio, miss_cpu
