@@ -249,7 +249,19 @@ impl Buffer {
         Self::from_gpu(Runtime::hip()?, dptr, size)
     }
 
+    /// Wraps GPU memory of `rt` without an fgds mapping: every I/O goes
+    /// through pinned host bounce buffers, as where no fgds node serves the
+    /// GPU ([`Buffer::p2p_unavailable_reason`] says "bounce path asked
+    /// for"). For measuring the bounce path next to the P2P one.
+    pub fn from_gpu_staged(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
+        Self::new_gpu(rt, dptr, size, false)
+    }
+
     fn from_gpu(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
+        Self::new_gpu(rt, dptr, size, true)
+    }
+
+    fn new_gpu(rt: Arc<Runtime>, dptr: u64, size: u64, try_p2p: bool) -> Result<Buffer> {
         if size == 0 || dptr == 0 {
             return Err(Error::InvalidArgument(
                 "null device pointer or zero size".into(),
@@ -266,9 +278,13 @@ impl Buffer {
                 len: mem.size,
             });
         }
-        let (p2p, no_p2p_reason) = match Self::gpu_p2p(&rt, &mem, dptr, size) {
-            Ok(m) => (Some(m), None),
-            Err(e) => (None, Some(e.to_string())),
+        let (p2p, no_p2p_reason) = if !try_p2p {
+            (None, Some("bounce path asked for".to_string()))
+        } else {
+            match Self::gpu_p2p(&rt, &mem, dptr, size) {
+                Ok(m) => (Some(m), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
         };
         Ok(Buffer {
             mem: Memory::Gpu {

@@ -257,3 +257,12 @@ impl Device {
         self.fd.as_raw_fd()
     }
 }
+
+/// The node's descriptor: `mmap` of a cookie from [`Device::register`]
+/// (the CLI's `validate` maps registrations itself to tear them down with
+/// I/O in flight).
+impl AsRawFd for Device {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
