@@ -100,7 +100,7 @@ pub enum Mem {
     Cuda,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {

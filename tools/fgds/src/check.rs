@@ -8,6 +8,7 @@
 //! check itself failed (a missing or unreadable file, a bad `FGDS_*`
 //! value).
 
+use crate::gpumem::{GpuMem, Spec};
 use fgds::{Config, FileHandle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,12 +22,12 @@ pub const EXIT_ERROR: u8 = 2;
 
 /// Something that keeps P2P I/O from working, and what to do about it.
 #[derive(Debug, Clone, serde::Serialize)]
-struct Problem {
-    what: String,
-    next: String,
+pub(crate) struct Problem {
+    pub(crate) what: String,
+    pub(crate) next: String,
 }
 
-fn problem(what: impl Into<String>, next: impl Into<String>) -> Problem {
+pub(crate) fn problem(what: impl Into<String>, next: impl Into<String>) -> Problem {
     Problem {
         what: what.into(),
         next: next.into(),
@@ -34,45 +35,75 @@ fn problem(what: impl Into<String>, next: impl Into<String>) -> Problem {
 }
 
 #[derive(Default, serde::Serialize)]
-struct Report {
+pub(crate) struct Report {
     /// "p2p", "fallback" or "error".
-    verdict: &'static str,
-    p2p_possible: bool,
-    module_loaded: bool,
-    kernel: KernelReport,
+    pub(crate) verdict: &'static str,
+    pub(crate) exit_code: u8,
+    pub(crate) p2p_possible: bool,
+    pub(crate) module_loaded: bool,
+    pub(crate) kernel: KernelReport,
     config: ConfigReport,
     /// Every GPU on the PCI bus (and every device an fgds node serves).
-    pci_gpus: Vec<PciGpu>,
+    pub(crate) pci_gpus: Vec<PciGpu>,
     /// The fgds nodes.
-    gpus: Vec<GpuReport>,
-    file: Option<FileReport>,
-    problems: Vec<Problem>,
+    pub(crate) gpus: Vec<GpuReport>,
+    pub(crate) file: Option<FileReport>,
+    /// The 4 KiB probe reads into GPU memory (one per GPU memory tried).
+    pub(crate) probes: Vec<Probe>,
+    pub(crate) problems: Vec<Problem>,
     /// Why the check failed (verdict "error").
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
+    #[serde(skip)]
+    iommus: Vec<String>,
+    #[serde(skip)]
+    iommu_groups: usize,
 }
 
 #[derive(serde::Serialize)]
-struct GpuReport {
-    node: String,
-    pci_address: Option<String>,
-    iommu_group_type: Option<String>,
-    problems: Vec<Problem>,
-    path_to_storage: Option<String>,
-    p2p_possible: bool,
+pub(crate) struct GpuReport {
+    pub(crate) node: String,
+    pub(crate) pci_address: Option<String>,
+    pub(crate) iommu_group_type: Option<String>,
+    pub(crate) problems: Vec<Problem>,
+    pub(crate) path_to_storage: Option<String>,
+    pub(crate) p2p_possible: bool,
 }
 
 #[derive(Default, serde::Serialize)]
-struct FileReport {
-    path: PathBuf,
-    block_device: Option<String>,
-    device_kind: Option<String>,
-    pci_device: Option<PathBuf>,
-    o_direct: bool,
-    dio_mem_align: u64,
-    dio_offset_align: u64,
-    problems: Vec<Problem>,
+pub(crate) struct FileReport {
+    pub(crate) path: PathBuf,
+    pub(crate) block_device: Option<String>,
+    pub(crate) device_kind: Option<String>,
+    pub(crate) pci_device: Option<PathBuf>,
+    pub(crate) o_direct: bool,
+    pub(crate) dio_mem_align: u64,
+    pub(crate) dio_offset_align: u64,
+    pub(crate) problems: Vec<Problem>,
     /// The file cannot be checked (missing, unreadable).
-    error: Option<String>,
+    pub(crate) error: Option<String>,
+}
+
+/// A real 4 KiB `O_DIRECT` read from the file into registered GPU memory:
+/// the kernel's own answer to "can this device DMA into this GPU".
+#[derive(Default, serde::Serialize)]
+pub(crate) struct Probe {
+    /// The GPU memory used, in words.
+    pub(crate) memory: String,
+    /// Its PCI address, where known.
+    pub(crate) pci_address: Option<String>,
+    /// Whether the read was issued (registration and open succeeded).
+    pub(crate) ran: bool,
+    /// Why it was not issued.
+    pub(crate) not_run: Option<String>,
+    /// The read returned 4096 and the bytes are the file's.
+    pub(crate) ok: bool,
+    /// The errno of a failed read.
+    pub(crate) errno: Option<i32>,
+    pub(crate) errno_name: Option<String>,
+    pub(crate) error: Option<String>,
+    /// The bytes read back through the CPU path equal a host O_DIRECT
+    /// read of the same 4 KiB (None: not compared).
+    pub(crate) data_matches: Option<bool>,
 }
 
 /// A display, 3D or accelerator function on the PCI bus, as fgds counts
@@ -100,8 +131,8 @@ pub struct PciGpu {
 }
 
 #[derive(Default, serde::Serialize)]
-struct KernelReport {
-    release: String,
+pub(crate) struct KernelReport {
+    pub(crate) release: String,
     /// Where the configuration was read from.
     config_source: Option<String>,
     options: Vec<KernelOption>,
@@ -399,6 +430,24 @@ fn running_kconfig(release: &str) -> Option<(String, String)> {
     None
 }
 
+/// The options fgds needs as "NAME=value" ("NAME=?" where the
+/// configuration is not readable).
+pub(crate) fn kernel_options() -> Vec<String> {
+    let mut ps = Vec::new();
+    let k = kernel_report(&mut ps);
+    k.options
+        .iter()
+        .map(|o| {
+            let v = match (&k.config_source, &o.value) {
+                (None, _) => "?",
+                (Some(_), Some(v)) => v.as_str(),
+                (Some(_), None) => "n",
+            };
+            format!("{}={v}", o.name)
+        })
+        .collect()
+}
+
 fn kernel_report(problems: &mut Vec<Problem>) -> KernelReport {
     let release = read_trim(Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default();
     let mut k = KernelReport {
@@ -487,7 +536,8 @@ fn print_problems(indent: &str, ps: &[Problem]) {
     }
 }
 
-fn print_text(rep: &Report, iommus: &[String], groups: usize) {
+fn print_text(rep: &Report) {
+    let (iommus, groups) = (&rep.iommus, rep.iommu_groups);
     println!(
         "fgds module: {}",
         if rep.module_loaded {
@@ -601,6 +651,23 @@ fn print_text(rep: &Report, iommus: &[String], groups: usize) {
         }
         print_problems("  ", &g.problems);
     }
+    for p in &rep.probes {
+        match (&p.not_run, p.ok) {
+            (Some(why), _) => println!(
+                "probe (4 KiB O_DIRECT read into {}): not run: {why}",
+                p.memory
+            ),
+            (None, true) => println!(
+                "probe (4 KiB O_DIRECT read into {}): ok, the bytes are the file's",
+                p.memory
+            ),
+            (None, false) => println!(
+                "probe (4 KiB O_DIRECT read into {}): FAILED: {}",
+                p.memory,
+                p.error.as_deref().unwrap_or("?")
+            ),
+        }
+    }
     print_problems("", &rep.problems);
     for e in &rep.errors {
         println!("error: {e}");
@@ -616,7 +683,181 @@ fn print_text(rep: &Report, iommus: &[String], groups: usize) {
     );
 }
 
-pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
+/// Which GPU memory the 4 KiB probe reads into.
+pub(crate) enum ProbeMem<'a> {
+    /// None: decide by the topology rule only.
+    Off,
+    /// CUDA/HIP memory on every GPU an fgds node serves, where the runtime loads.
+    Auto,
+    /// What `--dmabuf` names.
+    Spec(&'a Spec),
+    /// Memory the caller holds (`fgds validate`), at this offset (64 KiB).
+    Given(&'a GpuMem, u64),
+}
+
+/// Size of the probe's registration (the read is 4 KiB of it).
+pub(crate) const PROBE_REG: u64 = 64 * 1024;
+const PROBE_LEN: usize = 4096;
+
+fn errno_name(e: i32) -> String {
+    fgds::error::ERRNOS
+        .iter()
+        .find(|x| x.errno == e)
+        .map(|x| x.name.to_string())
+        .unwrap_or_else(|| format!("errno {e}"))
+}
+
+/// Reads 4 KiB at offset 0 of `file` with O_DIRECT into `[off, off + 64 KiB)` of `mem`.
+pub(crate) fn probe(file: &Path, mem: &GpuMem, off: u64) -> Probe {
+    let mut p = Probe {
+        memory: mem.description.clone(),
+        pci_address: mem.pci_address.clone(),
+        ..Default::default()
+    };
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    match std::fs::metadata(file) {
+        Ok(m) if m.is_file() && m.len() < PROBE_LEN as u64 => {
+            p.not_run = Some(format!(
+                "the file has {} bytes: the probe reads 4096",
+                m.len()
+            ));
+            return p;
+        }
+        Ok(m) if !(m.is_file() || m.file_type().is_block_device()) => {
+            p.not_run = Some("not a regular file or block device".into());
+            return p;
+        }
+        Err(e) => {
+            p.not_run = Some(format!("cannot stat: {e}"));
+            return p;
+        }
+        Ok(_) => {}
+    }
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            p.not_run = Some(format!("open with O_DIRECT: {e}"));
+            return p;
+        }
+    };
+    let db = match mem.dmabuf(off, PROBE_REG) {
+        Ok(d) => d,
+        Err(e) => {
+            p.not_run = Some(format!("export a dma-buf: {e}"));
+            return p;
+        }
+    };
+    let buf = match fgds::Buffer::register_dmabuf(None, db.fd(), db.offset, PROBE_REG) {
+        Ok(b) => b,
+        Err(e) => {
+            p.not_run = Some(format!("register the dma-buf on an fgds node: {e}"));
+            return p;
+        }
+    };
+    // Clear the target, so that stale bytes cannot pass for the file's.
+    let zero = vec![0u8; PROBE_LEN];
+    match mem.write(off, &zero) {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            p.not_run = Some(format!("clear the GPU memory: {e}"));
+            return p;
+        }
+        None => {
+            if let Err(e) = buf.write_bytes(0, &zero) {
+                p.not_run = Some(format!("clear the GPU memory: {e}"));
+                return p;
+            }
+        }
+    }
+    p.ran = true;
+    use std::os::fd::AsRawFd;
+    // SAFETY: the mapping has PROBE_REG >= PROBE_LEN bytes.
+    let n = unsafe {
+        libc::pread(
+            f.as_raw_fd(),
+            buf.base_addr() as *mut libc::c_void,
+            PROBE_LEN,
+            0,
+        )
+    };
+    if n != PROBE_LEN as isize {
+        let e = if n < 0 {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        } else {
+            0
+        };
+        p.errno = (e != 0).then_some(e);
+        p.errno_name = p.errno.map(errno_name);
+        p.error = Some(if n < 0 {
+            format!(
+                "pread of 4096 bytes into GPU memory: {}",
+                std::io::Error::from_raw_os_error(e)
+            )
+        } else {
+            format!("pread of 4096 bytes into GPU memory returned {n}")
+        });
+        return p;
+    }
+    // The same 4 KiB into host memory, and the GPU's bytes through the CPU path.
+    let host = match fgds::Buffer::alloc_host(PROBE_LEN) {
+        Ok(b) => b,
+        Err(e) => {
+            p.error = Some(format!("host buffer: {e}"));
+            return p;
+        }
+    };
+    // SAFETY: host has PROBE_LEN bytes.
+    let h = unsafe {
+        libc::pread(
+            f.as_raw_fd(),
+            host.base_addr() as *mut libc::c_void,
+            PROBE_LEN,
+            0,
+        )
+    };
+    let mut got = vec![0u8; PROBE_LEN];
+    let rb = match mem.read(off, &mut got) {
+        Some(r) => r.map_err(|e| e.to_string()),
+        None => buf.read_bytes_into(0, &mut got).map_err(|e| e.to_string()),
+    };
+    match (h == PROBE_LEN as isize, rb, host.read_bytes(0, PROBE_LEN)) {
+        (true, Ok(()), Ok(want)) => {
+            p.data_matches = Some(want == got);
+            p.ok = want == got;
+            if !p.ok {
+                p.error = Some("the bytes in GPU memory differ from the file's".into());
+            }
+        }
+        (false, _, _) => p.error = Some("the host O_DIRECT read of the same 4 KiB failed".into()),
+        (_, Err(e), _) | (_, _, Err(fgds::Error::InvalidArgument(e))) => {
+            p.error = Some(format!("read back: {e}"))
+        }
+        (_, _, Err(e)) => p.error = Some(format!("read back: {e}")),
+    }
+    p
+}
+
+fn probe_problem(p: &Probe) -> Problem {
+    let what = format!(
+        "the 4 KiB probe read into {} failed: {}",
+        p.memory,
+        p.error.as_deref().unwrap_or("?")
+    );
+    let next = match p.errno {
+        Some(libc::EINVAL) => "the block layer refused the P2P mapping (pci_p2pdma_map_type): put the NVMe and the GPU below one PCIe switch, or use a host bridge on the P2PDMA allow list, with ACS not redirecting",
+        Some(libc::EREMOTEIO) => "the storage device cannot do P2P DMA (loop, virtio, md, dm, NVMe multipath): use an NVMe namespace directly",
+        Some(libc::EFAULT) => "the registration went away during the probe (revoked): try again",
+        _ => "see the error; fgds check without --dmabuf decides by the topology rule",
+    };
+    problem(what, next)
+}
+
+/// What `fgds check` finds; `file` is checked and probed with `mem`.
+pub(crate) fn report(file: Option<&Path>, mem: ProbeMem<'_>) -> Result<Report, fgds::Error> {
     let mut rep = Report {
         module_loaded: fgds::device::module_loaded(),
         ..Default::default()
@@ -694,9 +935,10 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
                 .collect()
         })
         .unwrap_or_default();
-    let groups = std::fs::read_dir("/sys/kernel/iommu_groups")
+    rep.iommu_groups = std::fs::read_dir("/sys/kernel/iommu_groups")
         .map(|rd| rd.count())
         .unwrap_or(0);
+    rep.iommus = iommus;
     rep.file = file.map(file_report);
     if let Some(e) = rep.file.as_ref().and_then(|f| f.error.clone()) {
         rep.errors.push(e);
@@ -754,7 +996,70 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
                 .is_none_or(|f| f.problems.is_empty() && f.error.is_none());
         rep.gpus.push(g);
     }
-    rep.p2p_possible = rep.errors.is_empty() && rep.gpus.iter().any(|g| g.p2p_possible);
+    // The probe: the kernel's own answer, where GPU memory can be had.
+    if let Some(path) = file.filter(|_| rep.file.as_ref().is_some_and(|f| f.error.is_none())) {
+        match mem {
+            ProbeMem::Off => {}
+            ProbeMem::Given(m, off) => rep.probes.push(probe(path, m, off)),
+            ProbeMem::Spec(spec) => match GpuMem::from_spec(spec, PROBE_REG) {
+                Ok(m) => rep.probes.push(probe(path, &m, 0)),
+                Err(e) => rep.probes.push(Probe {
+                    memory: format!("{spec:?}"),
+                    not_run: Some(format!("--dmabuf: {e}")),
+                    ..Default::default()
+                }),
+            },
+            ProbeMem::Auto => {
+                if !devs.is_empty() {
+                    if let Ok(cuda) = fgds::gpu::cuda_dmabuf_support() {
+                        for (ordinal, (pci, _)) in cuda.iter().enumerate() {
+                            if !devs
+                                .iter()
+                                .any(|d| d.pci_address.as_deref() == Some(pci.as_str()))
+                            {
+                                continue;
+                            }
+                            match GpuMem::alloc_runtime(ordinal as i32, PROBE_REG) {
+                                Ok(m) => rep.probes.push(probe(path, &m, 0)),
+                                Err(e) => rep.probes.push(Probe {
+                                    memory: format!("CUDA device {ordinal} ({pci})"),
+                                    pci_address: Some(pci.clone()),
+                                    not_run: Some(format!("allocate: {e}")),
+                                    ..Default::default()
+                                }),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for p in rep.probes.iter().filter(|p| p.ran) {
+        let g = rep.gpus.iter_mut().find(|g| {
+            p.pci_address.is_some() && g.pci_address.as_deref() == p.pci_address.as_deref()
+        });
+        match g {
+            Some(g) => {
+                if p.ok {
+                    // The kernel moved the bytes: the rule's doubts do not apply.
+                    g.p2p_possible = true;
+                } else {
+                    g.problems.push(probe_problem(p));
+                    g.p2p_possible = false;
+                }
+            }
+            None if !p.ok => rep.problems.push(probe_problem(p)),
+            None => {}
+        }
+    }
+    let unattached_ok = rep.probes.iter().any(|p| {
+        p.ok && !rep
+            .gpus
+            .iter()
+            .any(|g| p.pci_address.is_some() && g.pci_address == p.pci_address)
+    });
+    rep.p2p_possible =
+        rep.errors.is_empty() && (unattached_ok || rep.gpus.iter().any(|g| g.p2p_possible));
     rep.verdict = if !rep.errors.is_empty() {
         "error"
     } else if rep.p2p_possible {
@@ -762,16 +1067,33 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<ExitCode, fgds::Error> {
     } else {
         "fallback"
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&rep).unwrap_or_default());
-    } else {
-        print_text(&rep, &iommus, groups);
-    }
-    Ok(ExitCode::from(match rep.verdict {
+    rep.exit_code = match rep.verdict {
         "p2p" => EXIT_P2P,
         "fallback" => EXIT_FALLBACK,
         _ => EXIT_ERROR,
-    }))
+    };
+    Ok(rep)
+}
+
+/// `fgds check [--json] [--dmabuf SPEC | --no-probe] [FILE]`.
+pub fn run(
+    file: Option<&Path>,
+    json: bool,
+    dmabuf: Option<&Spec>,
+    no_probe: bool,
+) -> Result<ExitCode, fgds::Error> {
+    let mem = match (dmabuf, no_probe) {
+        (_, true) => ProbeMem::Off,
+        (Some(s), false) => ProbeMem::Spec(s),
+        (None, false) => ProbeMem::Auto,
+    };
+    let rep = report(file, mem)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rep).unwrap_or_default());
+    } else {
+        print_text(&rep);
+    }
+    Ok(ExitCode::from(rep.exit_code))
 }
 
 #[cfg(test)]

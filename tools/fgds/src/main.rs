@@ -3,8 +3,12 @@
 
 mod bench;
 mod check;
+mod gpumem;
 mod p2p;
 mod run;
+mod validate;
+
+pub(crate) use bench::parse_size;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -26,16 +30,34 @@ enum Cmd {
     },
     /// Explain whether P2P I/O from FILE's block device to each GPU can work:
     /// every GPU on the PCI bus with its driver, the kernel's configuration,
-    /// the FGDS_* configuration, one next step per problem. Exit status 0 if
-    /// P2P I/O can work for at least one GPU, 1 if only the bounce-buffer
-    /// fallback can, 2 if the check failed (missing file, bad FGDS_* value).
+    /// the FGDS_* configuration, one next step per problem. Where GPU memory
+    /// can be registered (CUDA/HIP on a GPU an fgds node serves, or
+    /// --dmabuf), a real 4 KiB O_DIRECT read of FILE into it decides.
+    /// Exit status 0 if P2P I/O can work for at least one GPU, 1 if only the
+    /// bounce-buffer fallback can, 2 if the check failed (missing file, bad
+    /// FGDS_* value).
     Check {
-        /// A file on the file system to check (default: only GPU/IOMMU checks).
+        /// A file (or block device) to check (default: only GPU/IOMMU checks).
         file: Option<std::path::PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Probe with this GPU memory: vfio:BDF[,bar=N][,offset=SIZE][,size=SIZE]
+        /// (a BAR of a vfio-pci device) or fd:N,size=SIZE[,offset=SIZE] (a
+        /// dma-buf passed as file descriptor N).
+        #[arg(long, value_parser = gpumem::parse_spec, conflicts_with = "no_probe")]
+        dmabuf: Option<gpumem::Spec>,
+        /// Do not allocate GPU memory for the probe: decide by the topology rule.
+        #[arg(long)]
+        no_probe: bool,
     },
+    /// Prove and measure fgds on this machine: check, P2P reads and writes
+    /// verified byte for byte, teardown with I/O in flight, throughput
+    /// against O_DIRECT into host memory and the bounce path. Prints a
+    /// Markdown report (and JSON with --json). Exit status 0 P2P verified,
+    /// 1 P2P blocked (what could run passed; the report says what blocked
+    /// the rest), 2 error (bad arguments, unusable --dir), 3 a check failed.
+    Validate(validate::ValidateArgs),
     /// Benchmark reads or writes (gdsio-like).
     Bench(bench::BenchArgs),
     /// Run a program with fgds's libcufile.so.0 in place of NVIDIA's cuFile.
@@ -66,7 +88,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r: Result<ExitCode, CliError> = match cli.cmd {
         Cmd::List { json } => list(json).map_err(CliError::from),
-        Cmd::Check { file, json } => check::run(file.as_deref(), json).map_err(CliError::from),
+        Cmd::Check {
+            file,
+            json,
+            dmabuf,
+            no_probe,
+        } => check::run(file.as_deref(), json, dmabuf.as_ref(), no_probe).map_err(CliError::from),
+        Cmd::Validate(a) => Ok(validate::run(a)),
         Cmd::Bench(a) => bench::run(a).map_err(CliError::from),
         Cmd::Run(a) => run::run(a).map_err(CliError::from),
     };
