@@ -13,12 +13,14 @@ out=/fgds/tests-bin-$cfg
 
 # The user-space library, for its in-guest test (built on the host: the
 # guest root's glibc is newer, so the static library links there).
-libfgds=
+# The fgds CLI likewise, for fgds_cli_test (glibc is backward compatible).
+libfgds= cli=
 if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
-	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds --lib) ||
-		die "building tools/lib/fgds failed"
+	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds --lib -p fgds-cli) ||
+		die "building tools/lib/fgds and tools/fgds failed"
 	cp "$FGDS_TOP/tools/target/release/libfgds.a" "$FGDS_ROOT/fgds/libfgds.a"
-	libfgds=/fgds/libfgds.a
+	cp "$FGDS_TOP/tools/target/release/fgds" "$FGDS_ROOT/fgds/fgds-cli"
+	libfgds=/fgds/libfgds.a cli=/fgds/fgds-cli
 fi
 # libcufile.so.0 (tools/lib/cufile) for the cuFile program's in-guest test,
 # linked by its soname from /fgds/lib (built on the host, as libfgds.a).
@@ -35,5 +37,6 @@ inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/nu
 	mkdir -p $out &&
 	make -s -C /fgds/src/tools/testing/selftests/fgds \
 		KSFT=/fgds/linux/tools/testing/selftests \
-		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds LIBCUFILE=$libcufile O=$out" ||
+		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds LIBCUFILE=$libcufile \
+		FGDS_CLI=$cli O=$out" ||
 	die "building the selftests failed"
