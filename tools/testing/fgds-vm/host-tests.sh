@@ -146,5 +146,69 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 	fi
 fi
 
+# The install path's kernel configuration step (tools/fgds/install/
+# configure-kernel.sh) on a real distribution configuration: Debian's
+# newest linux-image-*-amd64 (downloaded once with apt-get into
+# build/debian-config/, or FGDS_DEBIAN_CONFIG_DIR), over the toolchain root's Linux 7.2 with the fgds
+# overlay, olddefconfig in the root (rustc, bindgen, clang) in a private
+# mount namespace, output in the root's /tmp. About 20 s per run. Skipped
+# where the root or its kernel tree is not there yet (make check builds
+# them while these tests run) or apt-get cannot download.
+cfgsh=$FGDS_TOP/tools/fgds/install/configure-kernel.sh
+mkdir -p "$tmp/linux/scripts/kconfig"
+touch "$tmp/linux/Makefile" "$tmp/linux/scripts/kconfig/merge_config.sh"
+out=$("$cfgsh" -c /nonexistent "$tmp/linux" 2>&1)
+check "configure-kernel refuses a tree without the fgds overlay" \
+	sh -c "echo \"\$1\" | grep -q 'no drivers/misc/fgds'" _ "$out"
+if [ "${FGDS_SKIP_KCONFIG:-0}" = 1 ]; then
+	:
+elif [ ! -f "$FGDS_ROOT/fgds/linux/.fgds-tree" ] || [ ! -x "$FGDS_ROOT/usr/bin/rustc" ] ||
+	[ "$(id -u)" -ne 0 ]; then
+	n=$((n + 1)); echo "ok $n configure-kernel on Debian's configuration # SKIP no toolchain root with the kernel tree yet (or not root)"
+else
+	dc=${FGDS_DEBIAN_CONFIG_DIR:-$FGDS_BUILD/debian-config}
+	if ! ls "$dc"/config-* >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+		pkg=$(apt-cache search --names-only '^linux-image-[0-9][^ ]*-amd64$' 2>/dev/null |
+			awk '{ print $1 }' | grep -v -e '-rt-' -e '-cloud-' -e 'unsigned' | sort -V | tail -n1)
+		mkdir -p "$dc/deb"
+		if [ -n "$pkg" ] && (cd "$dc/deb" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+			dpkg-deb --fsys-tarfile "$dc"/deb/*.deb | tar -x -C "$dc" --strip-components=2 \
+				--wildcards './boot/config-*'
+		fi
+		rm -rf "$dc/deb"
+	fi
+	dcfg=$(ls "$dc"/config-* 2>/dev/null | head -n1)
+	if [ -z "$dcfg" ]; then
+		n=$((n + 1)); echo "ok $n configure-kernel on Debian's configuration # SKIP could not download a Debian linux-image package"
+	else
+		kt=/tmp/fgds-host-tests-kconfig.$$
+		mkdir -p "$FGDS_ROOT$kt/install"
+		cp "$cfgsh" "$FGDS_TOP/tools/fgds/install/fgds.config" "$FGDS_ROOT$kt/install/"
+		cp "$dcfg" "$FGDS_ROOT$kt/debian.config"
+		# Without debug information MODVERSIONS leaves Rust nothing to version with.
+		sed -e 's/^CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT=y/# CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT is not set/' \
+			"$dcfg" >"$FGDS_ROOT$kt/nodebug.config"
+		echo CONFIG_DEBUG_INFO_NONE=y >>"$FGDS_ROOT$kt/nodebug.config"
+		kcfg() {
+			unshare --mount --propagation private sh -c "mount -t proc proc '$FGDS_ROOT/proc' &&
+				chroot '$FGDS_ROOT' /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+				LANG=C.UTF-8 $kt/install/configure-kernel.sh $*" 2>&1
+		}
+		out=$(kcfg -c "$kt/debian.config" -o "$kt/obj" /fgds/linux); rc=$?
+		echo "$out" | grep -v 'warning: symbol value' | sed 's/^/# /'
+		check "configure-kernel: $(basename "$dcfg") keeps every symbol fgds needs" \
+			sh -c "[ $rc = 0 ] && grep -qx CONFIG_FGDS=m '$FGDS_ROOT$kt/obj/.config' &&
+				grep -qx CONFIG_RUST=y '$FGDS_ROOT$kt/obj/.config' &&
+				grep -qx CONFIG_PCI_P2PDMA=y '$FGDS_ROOT$kt/obj/.config' &&
+				grep -qx CONFIG_ZONE_DEVICE=y '$FGDS_ROOT$kt/obj/.config'"
+		out=$(kcfg -c "$kt/nodebug.config" -o "$kt/obj2" /fgds/linux); rc=$?
+		echo "$out" | grep -v 'warning: symbol value' | sed 's/^/# /'
+		check "configure-kernel names a lost CONFIG_RUST and why (exit 1)" \
+			sh -c "[ $rc = 1 ] && echo \"\$1\" | grep -q 'CONFIG_RUST=y (now: not set)' &&
+				echo \"\$1\" | grep -q 'CONFIG_MODVERSIONS=y needs CONFIG_GENDWARFKSYMS'" _ "$out"
+		rm -rf --one-file-system "${FGDS_ROOT:?}$kt"
+	fi
+fi
+
 echo "1..$n"
 exit $((fails > 0))
