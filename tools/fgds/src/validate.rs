@@ -177,6 +177,8 @@ pub struct Row {
     /// mib_per_s over the same path's into host memory (the ceiling row
     /// for bounce, kvikio, cufile: host io_uring).
     pub vs_host: Option<f64>,
+    /// What the row is, where the path alone does not say (KvikIO's mode).
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -633,6 +635,7 @@ impl Ctx {
             seconds: (secs * 1e4).round() / 1e4,
             mib_per_s: mib.round(),
             vs_host,
+            note: None,
         });
     }
 }
@@ -944,8 +947,8 @@ fn kernel() -> Kernel {
 }
 
 /// Tries an installed KvikIO (Python, with CuPy): one read of the file into device memory.
-fn kvikio(path: &Path, len: u64, ordinal: i32) -> Result<(u64, f64), String> {
-    const SCRIPT: &str = "import sys,time\nimport cupy,kvikio\ncupy.cuda.Device(int(sys.argv[3])).use()\nn=int(sys.argv[2])\na=cupy.empty(n,dtype=cupy.uint8)\nf=kvikio.CuFile(sys.argv[1],'r')\nf.read(a[:1<<20])\ncupy.cuda.runtime.deviceSynchronize()\nt=time.perf_counter()\nr=f.read(a)\ncupy.cuda.runtime.deviceSynchronize()\nprint(r,time.perf_counter()-t)\n";
+fn kvikio(path: &Path, len: u64, ordinal: i32) -> Result<(u64, f64, String), String> {
+    const SCRIPT: &str = "import sys,time\nimport cupy,kvikio\ncupy.cuda.Device(int(sys.argv[3])).use()\nn=int(sys.argv[2])\na=cupy.empty(n,dtype=cupy.uint8)\nf=kvikio.CuFile(sys.argv[1],'r')\nf.read(a[:1<<20])\ncupy.cuda.runtime.deviceSynchronize()\nt=time.perf_counter()\nr=f.read(a)\ncupy.cuda.runtime.deviceSynchronize()\ndt=time.perf_counter()-t\nc=getattr(f,'is_compat_mode_preferred',None)\nprint(r,dt,'?' if c is None else int(bool(c())),kvikio.__version__)\n";
     let out = std::process::Command::new("python3")
         .args(["-c", SCRIPT])
         .arg(path)
@@ -959,11 +962,16 @@ fn kvikio(path: &Path, len: u64, ordinal: i32) -> Result<(u64, f64), String> {
     }
     let s = String::from_utf8_lossy(&out.stdout);
     let mut it = s.split_whitespace();
-    match (
-        it.next().and_then(|x| x.parse().ok()),
-        it.next().and_then(|x| x.parse().ok()),
-    ) {
-        (Some(n), Some(t)) => Ok((n, t)),
+    let n: Option<u64> = it.next().and_then(|x| x.parse().ok());
+    let t: Option<f64> = it.next().and_then(|x| x.parse().ok());
+    let (compat, version) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+    let mode = match compat {
+        "1" => "compatibility mode: POSIX reads through host memory, not GPUDirect",
+        "0" => "cuFile mode (GPUDirect where cuFile's own driver allows)",
+        _ => "mode unknown",
+    };
+    match (n, t) {
+        (Some(n), Some(t)) => Ok((n, t, format!("KvikIO {version}, {mode}"))),
         _ => Err(format!("unexpected output {s:?}")),
     }
 }
@@ -1303,7 +1311,12 @@ fn run_gpu(
     // KvikIO and cuFile (gdsio), when installed, on CUDA memory.
     if mem.source == "cuda" {
         match kvikio(&bench.proc_path(), t_len, ordinal) {
-            Ok((n, secs)) => cx.row(Some(gi), "kvikio", "read", (0, 0), n, secs),
+            Ok((n, secs, note)) => {
+                cx.row(Some(gi), "kvikio", "read", (0, 0), n, secs);
+                if let Some(r) = cx.rep.throughput.last_mut() {
+                    r.note = Some(note);
+                }
+            }
             Err(e) => cx.rep.steps.push(Step {
                 gpu: Some(gi),
                 name: "kvikio".into(),
@@ -1727,7 +1740,7 @@ pub fn markdown(r: &Report) -> String {
     for t in &r.throughput {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             gpu_label(t.gpu),
             t.path,
             t.op,
@@ -1736,7 +1749,8 @@ pub fn markdown(r: &Report) -> String {
             t.bytes,
             t.seconds,
             t.mib_per_s,
-            t.vs_host.map_or("-".into(), |v| format!("{v:.2}"))
+            t.vs_host.map_or("-".into(), |v| format!("{v:.2}")),
+            cell(t.note.as_deref().unwrap_or("-"))
         );
     }
     if !r.blockers.is_empty() {
@@ -1788,6 +1802,74 @@ mod tests {
         assert_eq!(first_mismatch(&b, 0x1234, 0), None);
         b[9] ^= 1;
         assert_eq!(first_mismatch(&b, 0x1234, 0), Some(9));
+    }
+
+    /// A GPU's section, its rows and blockers, as README.md's format says.
+    #[test]
+    fn markdown_of_a_gpu() {
+        let r = Report {
+            format: FORMAT.into(),
+            verdict: "blocked".into(),
+            exit_code: EXIT_BLOCKED,
+            gpus: vec![Gpu {
+                source: "vfio".into(),
+                description: "vfio-pci 0000:04:00.0 BAR2".into(),
+                pci_address: Some("0000:04:00.0".into()),
+                driver: Some("vfio-pci".into()),
+                fgds_node: Some("fgds0".into()),
+                probe: "failed: EINVAL".into(),
+                problems: vec![Problem2 {
+                    what: "the kernel refuses".into(),
+                    next: "use one switch".into(),
+                }],
+                ..Default::default()
+            }],
+            steps: vec![Step {
+                gpu: Some(0),
+                name: "check".into(),
+                status: "blocked".into(),
+                detail: "a | b".into(),
+            }],
+            throughput: vec![Row {
+                gpu: Some(0),
+                path: "bounce".into(),
+                memory: "gpu".into(),
+                op: "read".into(),
+                bytes: 4096,
+                mib_per_s: 12.0,
+                vs_host: Some(0.5),
+                note: Some("x|y".into()),
+                ..Default::default()
+            }],
+            blockers: vec![Blocker {
+                gpu: Some(0),
+                step: "p2p read".into(),
+                why: "refused".into(),
+                next: String::new(),
+            }],
+            ..Default::default()
+        };
+        let md = markdown(&r);
+        assert!(
+            md.contains("\n## gpu0: vfio-pci 0000:04:00.0 BAR2\n\n- source: vfio\n"),
+            "{md}"
+        );
+        assert!(md.contains("- PCI: 0000:04:00.0 [?:?], driver vfio-pci, fgds node fgds0\n"));
+        assert!(md.contains("- probe: failed: EINVAL\n"));
+        assert!(md.contains("- problem: the kernel refuses (next: use one switch)\n"));
+        assert!(
+            md.contains("| gpu0 | check | blocked | a \\| b |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| gpu0 | bounce | read | 0 | 0 | 4096 | 0 | 12 | 0.50 | x\\|y |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("\n## Blockers\n\n- gpu0 p2p read: refused (next: -)\n"),
+            "{md}"
+        );
+        assert!(!md.contains("## Errors"));
     }
 
     #[test]

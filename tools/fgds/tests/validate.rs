@@ -1,0 +1,246 @@
+//! `fgds validate` as a user runs it: its report parsed against the format
+//! documented in tools/fgds/README.md ("Report format"), the Markdown against
+//! the JSON, its exit codes, and that it leaves no file behind and never
+//! overwrites one.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::Command;
+
+fn fgds() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fgds"))
+}
+
+fn no_module() -> bool {
+    std::fs::read_dir("/sys/class/misc")
+        .map(|r| {
+            r.flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with("fgds"))
+        })
+        .unwrap_or(true)
+}
+
+/// The JSON fields the README documents: `a.b`, `a[].b`.
+fn documented_fields() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("tools/fgds/README.md");
+    let start = readme
+        .find("### Report format")
+        .expect("README has a Report format section");
+    let mut out = BTreeSet::new();
+    for line in readme[start..].lines() {
+        if line.starts_with("## ") {
+            break;
+        }
+        let Some(first) = line.strip_prefix("| `") else {
+            continue;
+        };
+        let col = format!("`{}", first.split(" |").next().unwrap_or_default());
+        for name in col.split(", ") {
+            let name = name.trim().trim_matches('`');
+            if !name.is_empty() && !name.contains(' ') {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    assert!(out.len() > 30, "too few documented fields: {out:?}");
+    out
+}
+
+/// Every field path of a JSON value.
+fn fields(v: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let p = match x {
+                    Value::Array(_) => format!("{p}[]"),
+                    _ => p,
+                };
+                out.insert(p.clone());
+                fields(x, &p, out);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                fields(x, prefix, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The rows of the Markdown table under `## title`, as cells.
+fn table(md: &str, title: &str) -> Vec<Vec<String>> {
+    let start = md
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("no section {title}:\n{md}"));
+    md[start + title.len() + 5..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and rule
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn label(gpu: &Value) -> String {
+    gpu.as_u64()
+        .map_or("host".to_string(), |i| format!("gpu{i}"))
+}
+
+#[test]
+fn report_matches_its_documented_format() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let json_path = d.path().join("report.json");
+    let work = d.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = fgds()
+        .args([
+            "validate",
+            "--size",
+            "2M",
+            "--bench-size",
+            "4M",
+            "--seed",
+            "77",
+        ])
+        .arg("--dir")
+        .arg(&work)
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout).into_owned();
+    let r: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let code = out.status.code().unwrap();
+    assert_eq!(Some(code as u64), r["exit_code"].as_u64(), "{md}");
+    assert!((0..=3).contains(&code));
+    if no_module() {
+        assert_eq!(code, 1, "without the module P2P is blocked:\n{md}");
+        assert_eq!(r["verdict"], "blocked");
+        assert!(!r["blockers"].as_array().unwrap().is_empty());
+        assert!(r["blockers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["why"].as_str().unwrap().contains("module is not loaded")));
+    }
+    assert_eq!(r["format"], "fgds-validate/1");
+    assert_eq!(r["seed"], 77);
+
+    // Every field is documented, and every top-level one is there.
+    let doc = documented_fields();
+    let mut got = BTreeSet::new();
+    fields(&r, "", &mut got);
+    let undocumented: Vec<_> = got.difference(&doc).collect();
+    assert!(undocumented.is_empty(), "undocumented: {undocumented:?}");
+    for top in doc.iter().filter(|f| !f.contains('.')) {
+        assert!(got.contains(top), "documented {top} missing from {got:?}");
+    }
+
+    // The Markdown says what the JSON says.
+    assert!(md.starts_with("# fgds validate report\n"), "{md}");
+    assert!(md.contains("\n- format: fgds-validate/1\n"));
+    assert!(md.contains(&format!(
+        "\n- verdict: **{}** (exit {code})\n",
+        r["verdict"].as_str().unwrap()
+    )));
+    assert!(md.contains(&format!("\n- seed: {}\n", r["seed"])));
+    let steps = table(&md, "Steps");
+    let js = r["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), js.len(), "{md}");
+    for (row, s) in steps.iter().zip(js) {
+        assert_eq!(row[0], label(&s["gpu"]));
+        assert_eq!(row[1], s["name"].as_str().unwrap());
+        assert_eq!(row[2], s["status"].as_str().unwrap());
+    }
+    assert_eq!(steps[0][1], "seeded write");
+    assert_eq!(steps[0][2], "pass");
+    let rows = table(&md, "Throughput");
+    let jt = r["throughput"].as_array().unwrap();
+    assert_eq!(rows.len(), jt.len(), "{md}");
+    for (row, t) in rows.iter().zip(jt) {
+        assert_eq!(row.len(), 10, "{row:?}");
+        assert_eq!(row[0], label(&t["gpu"]));
+        assert_eq!(row[1], t["path"].as_str().unwrap());
+        assert_eq!(row[2], t["op"].as_str().unwrap());
+        assert_eq!(row[5], t["bytes"].to_string());
+        assert_eq!(
+            row[7].parse::<f64>().ok(),
+            t["mib_per_s"].as_f64(),
+            "{row:?}"
+        );
+        assert_eq!(row[6].parse::<f64>().ok(), t["seconds"].as_f64(), "{row:?}");
+        assert_eq!(t["bytes"], 4 << 20);
+        assert!(t["mib_per_s"].as_f64().unwrap() > 0.0);
+    }
+    // The host ceiling of every read path is measured, whatever else ran.
+    for p in ["pread", "preadv", "io_uring", "engine"] {
+        assert!(
+            jt.iter().any(|t| t["gpu"].is_null() && t["path"] == p),
+            "no host {p} row"
+        );
+    }
+    let blockers = r["blockers"].as_array().unwrap();
+    if blockers.is_empty() {
+        assert!(!md.contains("\n## Blockers\n"));
+    } else {
+        let sec = &md[md.find("\n## Blockers\n").unwrap()..];
+        let n = sec.lines().filter(|l| l.starts_with("- ")).count();
+        assert!(n >= blockers.len(), "{sec}");
+        for b in blockers {
+            assert!(sec.contains(b["why"].as_str().unwrap()));
+        }
+    }
+
+    // Nothing left behind.
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
+
+#[test]
+fn never_overwrites_and_says_why() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let keep = d.path().join("keep.json");
+    std::fs::write(&keep, b"mine\n").unwrap();
+    let out = fgds()
+        .args(["validate", "--size", "2M", "--bench-size", "2M"])
+        .arg("--dir")
+        .arg(d.path())
+        .arg("--json")
+        .arg(&keep)
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{md}");
+    assert_eq!(std::fs::read(&keep).unwrap(), b"mine\n");
+    assert!(md.contains("- verdict: **error** (exit 2)"), "{md}");
+    assert!(md.contains("never overwritten"), "{md}");
+    // it refused before making any file
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+
+    for args in [
+        vec!["--size", "1M"],
+        vec!["--bench-size", "3M"],
+        vec!["--dir", "/nonexistent/fgds"],
+    ] {
+        let out = fgds()
+            .args(["validate", "--json", "-"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["verdict"], "error", "{args:?}");
+        assert!(!r["errors"].as_array().unwrap().is_empty());
+    }
+}
