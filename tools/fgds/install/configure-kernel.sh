@@ -13,7 +13,7 @@
 #
 # The fgds fragment (fgds.config next to this script) is merged over CONFIG
 # with scripts/kconfig/merge_config.sh, then `make olddefconfig` runs, and
-# every y/m the fragment asks for is checked to have survived: a dependency
+# every value the fragment sets (y, m, a string) is checked to have survived: a dependency
 # that is missing drops a symbol silently. For a lost CONFIG_RUST the
 # reason is looked up (make rustavailable, DEBUG_INFO_BTF without pahole).
 #
@@ -62,6 +62,16 @@ if [ -e "$obj/.config" ] && ! cmp -s "$config" "$obj/.config"; then
 	echo "configure-kernel: kept the previous $obj/.config as .config.old-fgds" >&2
 fi
 cp "$config" "$obj/.config"
+# Distribution configurations name their own signing certificates (Ubuntu:
+# debian/canonical-certs.pem), which are not in the source tree: none;
+# modules are signed with a key made at build time.
+for k in SYSTEM_TRUSTED_KEYS SYSTEM_REVOCATION_KEYS; do
+	if grep -q "^CONFIG_$k=\"..*\"" "$obj/.config"; then
+		"$src/scripts/config" --file "$obj/.config" --set-str "$k" "" ||
+			die "cannot clear CONFIG_$k"
+		echo "configure-kernel: CONFIG_$k emptied (the distribution's certificates are not in the tree)" >&2
+	fi
+done
 
 frags=("$frag")
 if [ "$btf" = off ]; then
@@ -80,7 +90,7 @@ while read -r line; do
 	sym=${line%%=*} want=${line#*=}
 	got=$(value "$sym")
 	[ "$got" = "$want" ] || lost+=("$sym=$want (now: ${got:-not set})")
-done < <(grep -E '^CONFIG_[A-Z0-9_]+=[ym]$' "$frag")
+done < <(grep -E '^CONFIG_[A-Z0-9_]+=([ym]|".*")$' "$frag")
 if [ "$btf" = off ] && [ -n "$(value CONFIG_DEBUG_INFO_BTF)" ]; then
 	lost+=("CONFIG_DEBUG_INFO_BTF=n (now: $(value CONFIG_DEBUG_INFO_BTF))")
 fi

@@ -184,7 +184,9 @@ else
 		kt=/tmp/fgds-host-tests-kconfig.$$
 		mkdir -p "$FGDS_ROOT$kt/install"
 		cp "$cfgsh" "$FGDS_TOP/tools/fgds/install/fgds.config" "$FGDS_ROOT$kt/install/"
-		cp "$dcfg" "$FGDS_ROOT$kt/debian.config"
+		# plus the certificate Ubuntu's configuration names, not in the tree
+		{ cat "$dcfg"; echo 'CONFIG_SYSTEM_TRUSTED_KEYS="debian/canonical-certs.pem"'; } \
+			>"$FGDS_ROOT$kt/debian.config"
 		# Without debug information MODVERSIONS leaves Rust nothing to version with.
 		sed -e 's/^CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT=y/# CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT is not set/' \
 			"$dcfg" >"$FGDS_ROOT$kt/nodebug.config"
@@ -200,7 +202,8 @@ else
 			sh -c "[ $rc = 0 ] && grep -qx CONFIG_FGDS=m '$FGDS_ROOT$kt/obj/.config' &&
 				grep -qx CONFIG_RUST=y '$FGDS_ROOT$kt/obj/.config' &&
 				grep -qx CONFIG_PCI_P2PDMA=y '$FGDS_ROOT$kt/obj/.config' &&
-				grep -qx CONFIG_ZONE_DEVICE=y '$FGDS_ROOT$kt/obj/.config'"
+				grep -qx CONFIG_ZONE_DEVICE=y '$FGDS_ROOT$kt/obj/.config' &&
+				grep -qx 'CONFIG_SYSTEM_TRUSTED_KEYS=\"\"' '$FGDS_ROOT$kt/obj/.config'"
 		out=$(kcfg -c "$kt/nodebug.config" -o "$kt/obj2" /fgds/linux); rc=$?
 		echo "$out" | grep -v 'warning: symbol value' | sed 's/^/# /'
 		check "configure-kernel names a lost CONFIG_RUST and why (exit 1)" \
