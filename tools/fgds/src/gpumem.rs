@@ -91,6 +91,19 @@ pub fn parse_spec(s: &str) -> Result<Spec, String> {
     }
 }
 
+/// A PCI address as sysfs names it (`0000:01:00.0`): drivers give the
+/// domain in 8 digits (`00000000:01:00.0`) at times.
+pub fn sysfs_bdf(a: &str) -> String {
+    let a = a.to_lowercase();
+    match a.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => match u32::from_str_radix(dom, 16) {
+            Ok(d) => format!("{d:04x}:{rest}"),
+            Err(_) => a,
+        },
+        _ => a,
+    }
+}
+
 /// Why GPU memory could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum MemError {
@@ -154,9 +167,10 @@ struct DmaBufReq {
 
 /// An open vfio-pci device and vfio's CPU mapping of one BAR range.
 pub struct Vfio {
-    _container: OwnedFd,
-    _group: OwnedFd,
+    // Dropped in this order: the device, its group, the container.
     device: OwnedFd,
+    _group: OwnedFd,
+    _container: OwnedFd,
     bar: u32,
     /// Offset of the used range in the BAR.
     offset: u64,
@@ -386,10 +400,14 @@ impl GpuMem {
             description: format!(
                 "{} device {ordinal} ({}), {} at {dptr:#x}",
                 source.to_uppercase(),
-                mem.pci_address.as_deref().unwrap_or("?"),
+                mem.pci_address
+                    .as_deref()
+                    .map(sysfs_bdf)
+                    .as_deref()
+                    .unwrap_or("?"),
                 crate::human(len)
             ),
-            pci_address: mem.pci_address.clone(),
+            pci_address: mem.pci_address.as_deref().map(sysfs_bdf),
             len,
             cpu_path: format!(
                 "{} memcpy (device to host, host to device)",
@@ -565,6 +583,12 @@ impl Drop for GpuMem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bdfs() {
+        assert_eq!(sysfs_bdf("00000000:1B:00.0"), "0000:1b:00.0");
+        assert_eq!(sysfs_bdf("0000:04:00.0"), "0000:04:00.0");
+    }
 
     #[test]
     fn specs() {
