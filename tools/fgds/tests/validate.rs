@@ -74,23 +74,37 @@ fn fields(v: &Value, prefix: &str, out: &mut BTreeSet<String>) {
     }
 }
 
-/// The rows of the Markdown table under `## title`, as cells.
-fn table(md: &str, title: &str) -> Vec<Vec<String>> {
+/// The rows of the Markdown table under `## title`, as cells; the header
+/// must be `header`, and every row as wide.
+fn table(md: &str, title: &str, header: &[&str]) -> Vec<Vec<String>> {
     let start = md
         .find(&format!("\n## {title}\n"))
         .unwrap_or_else(|| panic!("no section {title}:\n{md}"));
-    md[start + title.len() + 5..]
+    let cells = |l: &str| -> Vec<String> {
+        l.trim_matches('|')
+            .split(" | ")
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let mut lines = md[start + title.len() + 5..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2) // header and rule
-        .map(|l| {
-            l.trim_matches('|')
-                .split(" | ")
-                .map(|c| c.trim().to_string())
-                .collect()
-        })
-        .collect()
+        .take_while(|l| l.starts_with('|'));
+    assert_eq!(
+        cells(lines.next().unwrap_or_default()),
+        header,
+        "{title} header"
+    );
+    assert_eq!(
+        cells(lines.next().unwrap_or_default()),
+        vec!["---"; header.len()],
+        "{title} rule"
+    );
+    let rows: Vec<Vec<String>> = lines.map(cells).collect();
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{title}: {r:?}");
+    }
+    rows
 }
 
 fn label(gpu: &Value) -> String {
@@ -156,7 +170,7 @@ fn report_matches_its_documented_format() {
         r["verdict"].as_str().unwrap()
     )));
     assert!(md.contains(&format!("\n- seed: {}\n", r["seed"])));
-    let steps = table(&md, "Steps");
+    let steps = table(&md, "Steps", &["gpu", "step", "status", "detail"]);
     let js = r["steps"].as_array().unwrap();
     assert_eq!(steps.len(), js.len(), "{md}");
     for (row, s) in steps.iter().zip(js) {
@@ -166,11 +180,25 @@ fn report_matches_its_documented_format() {
     }
     assert_eq!(steps[0][1], "seeded write");
     assert_eq!(steps[0][2], "pass");
-    let rows = table(&md, "Throughput");
+    let rows = table(
+        &md,
+        "Throughput",
+        &[
+            "memory",
+            "path",
+            "op",
+            "request",
+            "in flight",
+            "bytes",
+            "seconds",
+            "MiB/s",
+            "vs host",
+            "note",
+        ],
+    );
     let jt = r["throughput"].as_array().unwrap();
     assert_eq!(rows.len(), jt.len(), "{md}");
     for (row, t) in rows.iter().zip(jt) {
-        assert_eq!(row.len(), 10, "{row:?}");
         assert_eq!(row[0], label(&t["gpu"]));
         assert_eq!(row[1], t["path"].as_str().unwrap());
         assert_eq!(row[2], t["op"].as_str().unwrap());
