@@ -947,7 +947,7 @@ fn kernel() -> Kernel {
 
 /// Tries an installed KvikIO (Python, with CuPy): one read of the file into device memory.
 fn kvikio(path: &Path, len: u64, ordinal: i32) -> Result<(u64, f64, String), String> {
-    const SCRIPT: &str = "import sys,time\nimport cupy,kvikio\ncupy.cuda.Device(int(sys.argv[3])).use()\nn=int(sys.argv[2])\na=cupy.empty(n,dtype=cupy.uint8)\nf=kvikio.CuFile(sys.argv[1],'r')\nf.read(a[:1<<20])\ncupy.cuda.runtime.deviceSynchronize()\nt=time.perf_counter()\nr=f.read(a)\ncupy.cuda.runtime.deviceSynchronize()\ndt=time.perf_counter()-t\nc=getattr(f,'is_compat_mode_preferred',None) or getattr(kvikio.defaults,'is_compat_mode_preferred',None)\nprint(r,dt,'?' if c is None else int(bool(c())),kvikio.__version__)\n";
+    const SCRIPT: &str = "import sys,time\nimport cupy,kvikio,kvikio.defaults\ncupy.cuda.Device(int(sys.argv[3])).use()\nn=int(sys.argv[2])\na=cupy.empty(n,dtype=cupy.uint8)\nf=kvikio.CuFile(sys.argv[1],'r')\nf.read(a[:1<<20])\ncupy.cuda.runtime.deviceSynchronize()\nt=time.perf_counter()\nr=f.read(a)\ncupy.cuda.runtime.deviceSynchronize()\ndt=time.perf_counter()-t\nc=getattr(f,'is_compat_mode_preferred',None) or getattr(kvikio.defaults,'is_compat_mode_preferred',None)\nprint(r,dt,'?' if c is None else int(bool(c())),kvikio.__version__)\n";
     let out = std::process::Command::new("python3")
         .args(["-c", SCRIPT])
         .arg(path)
