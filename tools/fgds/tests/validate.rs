@@ -152,10 +152,21 @@ fn report_matches_its_documented_format() {
     assert_eq!(r["format"], "fgds-validate/1");
     assert_eq!(r["seed"], 77);
 
+    check_report(&r, &md, code);
+    for t in r["throughput"].as_array().unwrap() {
+        assert_eq!(t["bytes"], 4 << 20, "{t}");
+    }
+
+    // Nothing left behind.
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
+
+/// Checks a report against the documented format, and its Markdown against its JSON.
+fn check_report(r: &Value, md: &str, code: i32) {
     // Every field is documented, and every top-level one is there.
     let doc = documented_fields();
     let mut got = BTreeSet::new();
-    fields(&r, "", &mut got);
+    fields(r, "", &mut got);
     let undocumented: Vec<_> = got.difference(&doc).collect();
     assert!(undocumented.is_empty(), "undocumented: {undocumented:?}");
     for top in doc.iter().filter(|f| !f.contains('.')) {
@@ -170,7 +181,29 @@ fn report_matches_its_documented_format() {
         r["verdict"].as_str().unwrap()
     )));
     assert!(md.contains(&format!("\n- seed: {}\n", r["seed"])));
-    let steps = table(&md, "Steps", &["gpu", "step", "status", "detail"]);
+    for g in r["gpus"].as_array().unwrap() {
+        let head = format!(
+            "\n## gpu{}: {}\n\n- source: {}\n",
+            g["index"],
+            g["description"].as_str().unwrap(),
+            g["source"].as_str().unwrap()
+        );
+        assert!(md.contains(&head), "no {head:?} in\n{md}");
+        assert!(md.contains(&format!("\n- probe: {}\n", g["probe"].as_str().unwrap())));
+        assert!(md.contains(&format!(
+            "\n- check: {} (exit {})\n",
+            g["check_verdict"].as_str().unwrap(),
+            g["check_exit_code"]
+        )));
+        for p in g["problems"].as_array().unwrap() {
+            assert!(md.contains(&format!(
+                "\n- problem: {} (next: {})\n",
+                p["what"].as_str().unwrap(),
+                p["next"].as_str().unwrap()
+            )));
+        }
+    }
+    let steps = table(md, "Steps", &["gpu", "step", "status", "detail"]);
     let js = r["steps"].as_array().unwrap();
     assert_eq!(steps.len(), js.len(), "{md}");
     for (row, s) in steps.iter().zip(js) {
@@ -181,7 +214,7 @@ fn report_matches_its_documented_format() {
     assert_eq!(steps[0][1], "seeded write");
     assert_eq!(steps[0][2], "pass");
     let rows = table(
-        &md,
+        md,
         "Throughput",
         &[
             "memory",
@@ -209,7 +242,6 @@ fn report_matches_its_documented_format() {
             "{row:?}"
         );
         assert_eq!(row[6].parse::<f64>().ok(), t["seconds"].as_f64(), "{row:?}");
-        assert_eq!(t["bytes"], 4 << 20);
         assert!(t["mib_per_s"].as_f64().unwrap() > 0.0);
     }
     // The host ceiling of every read path is measured, whatever else ran.
@@ -230,9 +262,26 @@ fn report_matches_its_documented_format() {
             assert!(sec.contains(b["why"].as_str().unwrap()));
         }
     }
+}
 
-    // Nothing left behind.
-    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+/// The H200 machine's report (tools/fgds/examples/h200), made by
+/// examples/gpu-validate.sh: a GPU section, the bounce and KvikIO rows.
+#[test]
+fn committed_gpu_machine_report_parses() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/h200");
+    let md = std::fs::read_to_string(format!("{dir}/validate.md")).unwrap();
+    let md = md.split("\nexit ").next().unwrap_or_default().to_string() + "\n";
+    let r: Value =
+        serde_json::from_slice(&std::fs::read(format!("{dir}/validate.json")).unwrap()).unwrap();
+    assert_eq!(r["exit_code"], 1);
+    assert_eq!(r["gpus"][0]["source"], "cuda");
+    assert!(md.contains("\n## gpu0: CUDA device 0 "), "{md}");
+    assert!(r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == "bounce read and write" && s["status"] == "pass"));
+    check_report(&r, &md, 1);
 }
 
 #[test]
