@@ -1240,9 +1240,12 @@ fn run_gpu(
             }
         }
     }
-    // The bounce path: what a program gets without fgds.
+    // The bounce path: what a program gets without fgds. A dma-buf passed
+    // by descriptor has no CPU path but an fgds mapping.
+    let bounce_possible = mem.runtime().is_some() || mem.independent_readback || bbuf.is_some();
     let t = Instant::now();
     let r: Result<(), String> = match mem.runtime() {
+        _ if !bounce_possible => Err(String::new()),
         Some((rt, dptr)) => (|| {
             let b =
                 Buffer::from_gpu_staged(rt, dptr + bench_off, t_len).map_err(|e| e.to_string())?;
@@ -1284,6 +1287,13 @@ fn run_gpu(
     };
     let secs = t.elapsed().as_secs_f64();
     match r {
+        Err(_) if !bounce_possible => cx.rep.steps.push(Step {
+            gpu: Some(gi),
+            name: "throughput bounce".into(),
+            status: "skipped".into(),
+            detail: "a dma-buf passed by descriptor has no CPU path without an fgds registration"
+                .into(),
+        }),
         Ok(()) => cx.row(Some(gi), "bounce", "read", (REQ as u64, 1), t_len, secs),
         Err(e) => {
             cx.step(Some(gi), "throughput bounce", Err(e));

@@ -284,6 +284,95 @@ fn committed_gpu_machine_report_parses() {
     check_report(&r, &md, 1);
 }
 
+/// `--dmabuf fd:N` names memory by an inherited descriptor (here a memfd,
+/// which no fgds node takes): the run is blocked, not failed, the probe says
+/// why it did not run, and the report says the memory has no CPU path.
+#[test]
+fn dmabuf_by_descriptor_is_blocked_not_failed() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mfd = std::fs::File::from(memfd());
+    mfd.set_len(32 << 20).unwrap();
+    let raw = mfd.as_raw_fd();
+    let mut cmd = fgds();
+    cmd.args([
+        "validate",
+        "--size",
+        "2M",
+        "--bench-size",
+        "2M",
+        "--json",
+        "-",
+    ])
+    .args(["--dmabuf", "fd:3,size=16M"])
+    .arg("--dir")
+    .arg(d.path());
+    // SAFETY: dup2 in the child before exec; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    assert_eq!(r["verdict"], "blocked");
+    let g = &r["gpus"][0];
+    assert_eq!(g["source"], "dmabuf-fd");
+    assert!(
+        g["probe"]
+            .as_str()
+            .unwrap()
+            .starts_with("not run: register"),
+        "{g}"
+    );
+    assert!(g["readback"]
+        .as_str()
+        .unwrap()
+        .contains("no independent path"));
+    let steps = r["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["status"] != "fail"), "{steps:?}");
+    assert!(steps
+        .iter()
+        .any(|s| s["name"] == "throughput bounce" && s["status"] == "skipped"));
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+
+    // fgds check with the same: not probed, with the reason.
+    let mut cmd = fgds();
+    let f = d.path().join("f");
+    std::fs::write(&f, vec![7u8; 8192]).unwrap();
+    cmd.args(["check", "--json", "--dmabuf", "fd:3,size=1M"])
+        .arg(&f);
+    // SAFETY: as above.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &c["probes"][0];
+    assert_eq!(p["ran"], false, "{p}");
+    assert!(p["not_run"].as_str().unwrap().contains("register"), "{p}");
+    assert_ne!(out.status.code(), Some(0));
+}
+
+fn memfd() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"fgds-test".as_ptr(), 0) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: a new descriptor owned here.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 #[test]
 fn never_overwrites_and_says_why() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
