@@ -124,6 +124,8 @@ pub struct Gpu {
     /// "cuda", "hip", "vfio", "dmabuf-fd".
     pub source: String,
     pub description: String,
+    /// The GPU's model, where its driver says (NVIDIA: /proc/driver/nvidia).
+    pub model: Option<String>,
     pub pci_address: Option<String>,
     pub vendor: Option<String>,
     pub device: Option<String>,
@@ -723,6 +725,7 @@ fn gpu_info(index: usize, mem: &GpuMem, crep: &check::Report) -> Gpu {
         index,
         source: mem.source.into(),
         description: mem.description.clone(),
+        model: pci.as_ref().and_then(|a| gpu_model(a)),
         pci_address: pci.clone(),
         vendor: pg.map(|g| g.vendor.clone()),
         device: pg.map(|g| g.device.clone()),
@@ -741,6 +744,15 @@ fn gpu_info(index: usize, mem: &GpuMem, crep: &check::Report) -> Gpu {
         probe,
         problems,
     }
+}
+
+/// The model name NVIDIA's driver gives (`Model: NVIDIA H200`).
+fn gpu_model(pci: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/driver/nvidia/gpus/{pci}/information"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Model:").map(|m| m.trim().to_string()))
+        .filter(|m| !m.is_empty())
 }
 
 /// The next step for a failed registration.
@@ -1711,6 +1723,9 @@ pub fn markdown(r: &Report) -> String {
     for g in &r.gpus {
         let _ = writeln!(o, "\n## gpu{}: {}\n", g.index, g.description);
         let _ = writeln!(o, "- source: {}", g.source);
+        if let Some(m) = &g.model {
+            let _ = writeln!(o, "- model: {m}");
+        }
         let _ = writeln!(
             o,
             "- PCI: {} [{}:{}], driver {}, fgds node {}",
