@@ -6,7 +6,8 @@ The GPU stand-in is named as a dma-buf exporter (--dmabuf vfio:BDF): the CLI
 opens it through vfio-pci itself. Two verdicts are tested:
 
 - the data NVMe "fgds0" and the stand-in below one PCIe switch: P2P works;
-  the 4 KiB probe read lands in the BAR, `fgds check` exits 0, and
+  the 4 KiB probe read lands in the BAR (checked by the host), `fgds check`
+  exits 0, and
   `fgds validate` verifies every P2P path both ways and the teardown; then
   the host checker (tools/testing/fgds-vm/barcheck.c) compares the ranges
   the report names with the data stream, from outside the guest;
@@ -69,10 +70,27 @@ def leftovers(d):
     return [n for n in os.listdir(d) if n.startswith("fgds-validate-")]
 
 
-def put_file(path, size):
-    """A file of random bytes written with O_DIRECT (dd)."""
-    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", f"count={size >> 20}",
-                    "oflag=direct", "status=none"], check=True)
+M64 = (1 << 64) - 1
+
+
+def pattern(seed, length):
+    """Bytes 0..length of stream seed, as fgds_pattern.h makes them."""
+    out = bytearray()
+    for idx in range((length + 7) // 8):
+        z = (seed * 0xd1b54a32d192ed03 + (idx + 1) * 0x9e3779b97f4a7c15) & M64
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+        out += (z ^ (z >> 31)).to_bytes(8, "little")
+    return bytes(out[:length])
+
+
+def put_file(path, size, seed):
+    """A file whose first 4 KiB are stream seed (the probe reads them), then zeroes."""
+    with open(path, "wb") as f:
+        f.write(pattern(seed, 4096))
+        f.truncate(size)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def env():
@@ -89,7 +107,7 @@ def env():
 
 def test_check_p2p_pair_probe_reads_into_the_bar(e):
     path = os.path.join(e["FGDS_EXT4"], "fgds-cli-check")
-    put_file(path, 4 << 20)
+    put_file(path, 4 << 20, 0x4c1)
     try:
         spec = f"vfio:{e['FGDS_GPU_BDF']},offset=200M,size=2M"
         rc, out, err = fgds("check", "--json", "--dmabuf", spec, path)
@@ -105,6 +123,9 @@ def test_check_p2p_pair_probe_reads_into_the_bar(e):
         expect(g[0]["path_to_storage"].startswith("direct below the common upstream bridge"),
                f"path: {g[0]['path_to_storage']}")
         expect(r["file"]["device_kind"] == "nvme" and r["file"]["o_direct"], f"file: {r['file']}")
+        # From outside the guest: the probe's 4 KiB are in the BAR at offset 200 MiB.
+        ans = host_req("check", 0x4c1, 200 << 20, 4096, 0)
+        expect(ans == "ok", f"host: {ans}")
         rc, out, err = fgds("check", "--dmabuf", spec, path)
         expect(rc == 0, f"check exit {rc}\n{out}{err}")
         expect("): ok, the bytes are the file's" in out, out)
