@@ -165,6 +165,11 @@ struct DmaBufReq {
     length: u64,
 }
 
+// linux/vfio.h's layouts (gcc: sizeof(struct vfio_region_info) is 32, the
+// packed feature + dma_buf + one range 40).
+const _: () = assert!(std::mem::size_of::<RegionInfo>() == 32);
+const _: () = assert!(std::mem::size_of::<DmaBufReq>() == 40);
+
 /// An open vfio-pci device and vfio's CPU mapping of one BAR range.
 pub struct Vfio {
     // Dropped in this order: the device, its group, the container.

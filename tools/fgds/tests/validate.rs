@@ -373,6 +373,55 @@ fn memfd() -> std::os::fd::OwnedFd {
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
 
+/// A vfio device that is not there: check and validate say which step
+/// failed and why, and are blocked rather than failed.
+#[test]
+fn a_missing_vfio_device_is_named() {
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = d.path().join("f");
+    std::fs::write(&f, vec![7u8; 8192]).unwrap();
+    let out = fgds()
+        .args(["check", "--json", "--dmabuf", "vfio:0000:ff:1f.7"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let why = c["probes"][0]["not_run"].as_str().unwrap();
+    assert!(
+        why.contains("0000:ff:1f.7") && why.contains("vfio-pci"),
+        "{why}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = fgds()
+        .args([
+            "validate",
+            "--json",
+            "-",
+            "--size",
+            "2M",
+            "--bench-size",
+            "2M",
+        ])
+        .args(["--dmabuf", "vfio:0000:ff:1f.7"])
+        .arg("--dir")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    assert!(r["blockers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["step"] == "allocate" && b["why"].as_str().unwrap().contains("0000:ff:1f.7")));
+    let out = fgds()
+        .args(["check", "--dmabuf", "vfio:04:00.0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a PCI address"));
+}
+
 #[test]
 fn never_overwrites_and_says_why() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
