@@ -14,12 +14,17 @@ out=/fgds/tests-bin-$cfg
 # The user-space library, for its in-guest test (built on the host: the
 # guest root's glibc is newer, so the static library links there).
 # The fgds CLI likewise, for fgds_cli_test (glibc is backward compatible).
+# Built in a target directory of their own: make check runs the host tests'
+# cargo test in tools/target at the same time, and a cdylib rebuilt there
+# under a running test (libcufile.so) fails it.
+export CARGO_TARGET_DIR=$FGDS_BUILD/guest-target
 libfgds= cli=
 if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
-	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds --lib -p fgds-cli) ||
+	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds --lib &&
+		cargo build --release -q -p fgds-cli --bin fgds) ||
 		die "building tools/lib/fgds and tools/fgds failed"
-	cp "$FGDS_TOP/tools/target/release/libfgds.a" "$FGDS_ROOT/fgds/libfgds.a"
-	cp "$FGDS_TOP/tools/target/release/fgds" "$FGDS_ROOT/fgds/fgds-cli"
+	cp "$CARGO_TARGET_DIR/release/libfgds.a" "$FGDS_ROOT/fgds/libfgds.a"
+	cp "$CARGO_TARGET_DIR/release/fgds" "$FGDS_ROOT/fgds/fgds-cli"
 	libfgds=/fgds/libfgds.a cli=/fgds/fgds-cli
 fi
 # libcufile.so.0 (tools/lib/cufile) for the cuFile program's in-guest test,
@@ -29,7 +34,7 @@ if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
 	(cd "$FGDS_TOP/tools" && cargo build --release -q -p fgds-cufile) ||
 		die "building tools/lib/cufile failed"
 	mkdir -p "$FGDS_ROOT/fgds/lib"
-	cp "$FGDS_TOP/tools/target/release/libcufile.so" "$FGDS_ROOT/fgds/lib/libcufile.so.0"
+	cp "$CARGO_TARGET_DIR/release/libcufile.so" "$FGDS_ROOT/fgds/lib/libcufile.so.0"
 	ln -sf libcufile.so.0 "$FGDS_ROOT/fgds/lib/libcufile.so"
 	libcufile=/fgds/lib
 fi
