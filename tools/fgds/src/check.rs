@@ -104,6 +104,8 @@ pub(crate) struct Probe {
     /// The bytes read back through the CPU path equal a host O_DIRECT
     /// read of the same 4 KiB (None: not compared).
     pub(crate) data_matches: Option<bool>,
+    /// The exporter of the dma-buf the probe registered (its `exp_name`).
+    pub(crate) exporter: Option<String>,
 }
 
 /// A display, 3D or accelerator function on the PCI bus, as fgds counts
@@ -121,9 +123,13 @@ pub struct PciGpu {
     /// Largest memory BAR, bytes.
     pub largest_bar: u64,
     pub iommu_group_type: Option<String>,
-    /// Whether its driver exports dma-bufs fgds can register: "yes", "no",
-    /// "maybe" (depends on the driver's version and setup) or "unknown".
+    /// Whether its driver exports dma-bufs fgds can register for P2P: "yes",
+    /// "no", "maybe" (depends on the driver's version and setup) or
+    /// "unknown".
     pub dmabuf_export: &'static str,
+    /// The row of the exporter table (Documentation/misc-devices/fgds.rst,
+    /// "Exporters") that applies to its driver.
+    pub exporter: &'static str,
     /// What its driver exports, in words.
     pub dmabuf_note: String,
     /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`, where libcuda knows the GPU.
@@ -293,29 +299,85 @@ fn read_trim(p: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// What a GPU driver exports that fgds can register.
-fn dmabuf_of(driver: Option<&str>) -> (&'static str, String) {
+/// Whether the running kernel has the function `sym` (built in, or in a
+/// loaded module), by `/proc/kallsyms`; None when that cannot be read.
+fn kernel_has_symbol(sym: &str) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    if text.is_empty() {
+        return None;
+    }
+    Some(
+        text.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some(sym)),
+    )
+}
+
+/// What a GPU driver exports that fgds can register, as the exporter table
+/// (Documentation/misc-devices/fgds.rst, "Exporters") says: whether P2P
+/// can run, the table's row, and what it takes. `has` tells whether the
+/// running kernel has a function (the get_phys() of a driver this series
+/// patches).
+fn dmabuf_of(
+    driver: Option<&str>,
+    has: &dyn Fn(&str) -> Option<bool>,
+) -> (&'static str, &'static str, String) {
+    // amdgpu and xe: P2P with the patch of this series, EOPNOTSUPP without.
+    let patched = |name: &str, sym: &str, patch: &str| {
+        match has(sym) {
+        Some(true) => (
+            "yes",
+            "amdgpu, xe + provider at probe and get_phys()",
+            format!("{name} describes VRAM dma-bufs by their physical ranges ({patch}): buffers in CPU-visible VRAM register for P2P; others get EOPNOTSUPP and the bounce path"),
+        ),
+        Some(false) => (
+            "no",
+            "amdgpu, xe (7.2): no get_phys()",
+            format!("{name} exports VRAM dma-bufs without get_phys(): registration fails with EOPNOTSUPP and the library uses its bounce path; P2P needs {patch}"),
+        ),
+        None => (
+            "maybe",
+            "amdgpu, xe: unknown",
+            format!("{name} exports VRAM dma-bufs; whether this kernel has its get_phys() ({patch}) is unknown: /proc/kallsyms cannot be read"),
+        ),
+    }
+    };
     match driver {
-        None => ("no", "no driver is bound: nothing exports its memory".into()),
+        None => (
+            "no",
+            "no driver",
+            "no driver is bound: nothing exports its memory".into(),
+        ),
         Some("vfio-pci") => (
             "yes",
-            "vfio-pci exports BAR ranges as dma-bufs (VFIO_DEVICE_FEATURE_DMA_BUF)".into(),
+            "vfio-pci",
+            "vfio-pci exports BAR ranges as dma-bufs (VFIO_DEVICE_FEATURE_DMA_BUF) and describes them by their physical ranges (get_phys()): P2P".into(),
         ),
-        Some("amdgpu") => (
+        Some("test_p2p_dmabuf") => (
             "yes",
-            "amdgpu exports VRAM as dma-bufs to peer-to-peer importers (hipMemGetHandleForAddressRange, DRM PRIME)".into(),
+            "test exporter",
+            "lib/test_p2p_dmabuf.c, the test exporter: the outcome depends on each buffer's export pattern".into(),
         ),
+        Some("amdgpu") => patched("amdgpu", "amdgpu_dma_buf_get_phys", "patches/0016"),
+        Some("xe") => patched("xe", "xe_dma_buf_get_phys", "patches/0017"),
         Some("nvidia") => (
-            "maybe",
-            "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange): the open kernel modules, where CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 1".into(),
+            "no",
+            "NVIDIA open module",
+            "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange), but nv-dmabuf.c does not describe them by physical ranges (no get_phys()): registration fails with EOPNOTSUPP and the library uses its bounce path; with a static BAR1, nvidia-uvm's own P2PDMA pages are the way to O_DIRECT into BAR1 (fgds refuses them with EEXIST)".into(),
+        ),
+        Some("virtio-pci") => (
+            "no",
+            "virtio-gpu VRAM blob",
+            "virtio-gpu exports VRAM blobs without get_phys(): registration fails with EOPNOTSUPP and the library uses its bounce path".into(),
         ),
         Some("nouveau") | Some("radeon") => (
             "no",
+            "no P2P export",
             "this driver does not export VRAM dma-bufs to peer-to-peer importers".into(),
         ),
         Some(d) => (
             "unknown",
-            format!("fgds has not been tried with the {d} driver"),
+            "untried",
+            format!("fgds has not been tried with the {d} driver: registration tells (EOPNOTSUPP without get_phys())"),
         ),
     }
 }
@@ -342,9 +404,10 @@ fn largest_bar(resource: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Every display (0x0300), 3D (0x0302) or processing-accelerator (0x1200)
-/// function below `root` (`/sys/bus/pci/devices`), and every device an
-/// fgds node serves (`served`: PCI address -> node).
+/// Every display controller (class 0x03xx) or processing-accelerator
+/// (0x1200) function below `root` (`/sys/bus/pci/devices`), as the driver
+/// counts GPUs, and every device an fgds node serves (`served`: PCI
+/// address -> node).
 pub fn pci_gpus(root: &Path, served: &[(String, String)]) -> Vec<PciGpu> {
     let Ok(rd) = std::fs::read_dir(root) else {
         return Vec::new();
@@ -360,13 +423,14 @@ pub fn pci_gpus(root: &Path, served: &[(String, String)]) -> Vec<PciGpu> {
                 .iter()
                 .find(|(a, _)| *a == address)
                 .map(|(_, n)| n.clone());
-            if !matches!(c >> 8, 0x0300 | 0x0302 | 0x1200) && node.is_none() {
+            if !(c >> 16 == 0x03 || c >> 8 == 0x1200) && node.is_none() {
                 return None;
             }
             let driver = std::fs::read_link(dir.join("driver"))
                 .ok()
                 .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-            let (dmabuf_export, dmabuf_note) = dmabuf_of(driver.as_deref());
+            let (dmabuf_export, exporter, dmabuf_note) =
+                dmabuf_of(driver.as_deref(), &kernel_has_symbol);
             Some(PciGpu {
                 vendor: read_trim(&dir.join("vendor")).unwrap_or_default(),
                 device: read_trim(&dir.join("device")).unwrap_or_default(),
@@ -379,6 +443,7 @@ pub fn pci_gpus(root: &Path, served: &[(String, String)]) -> Vec<PciGpu> {
                 driver,
                 fgds_node: node,
                 dmabuf_export,
+                exporter,
                 dmabuf_note,
                 cuda_dmabuf_supported: None,
             })
@@ -601,7 +666,10 @@ fn print_text(rep: &Report) {
             g.driver.as_deref().unwrap_or("none"),
             g.fgds_node.as_deref().unwrap_or("none")
         );
-        println!("  dma-buf export: {} ({})", g.dmabuf_export, g.dmabuf_note);
+        println!(
+            "  dma-buf export for P2P: {} [{}] ({})",
+            g.dmabuf_export, g.exporter, g.dmabuf_note
+        );
         if let Some(v) = g.cuda_dmabuf_supported {
             println!("  CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: {}", u8::from(v));
         }
@@ -695,6 +763,14 @@ pub(crate) enum ProbeMem<'a> {
     Given(&'a GpuMem, u64),
 }
 
+/// The exporter of dma-buf `fd` (`exp_name` in `/proc/self/fdinfo`).
+fn exp_name(fd: std::os::fd::RawFd) -> Option<String> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("exp_name:"))
+        .map(|v| v.trim().to_string())
+}
+
 /// Size of the probe's registration (the read is 4 KiB of it).
 pub(crate) const PROBE_REG: u64 = 64 * 1024;
 const PROBE_LEN: usize = 4096;
@@ -751,6 +827,7 @@ pub(crate) fn probe(file: &Path, mem: &GpuMem, off: u64) -> Probe {
             return p;
         }
     };
+    p.exporter = exp_name(db.fd());
     let buf = match fgds::Buffer::register_dmabuf(None, db.fd(), db.offset, PROBE_REG) {
         Ok(b) => b,
         Err(e) => {
@@ -897,8 +974,10 @@ pub(crate) fn report(file: Option<&Path>, mem: ProbeMem<'_>) -> Result<Report, f
                     g.cuda_dmabuf_supported = *v;
                     match v {
                         Some(true) => {
-                            g.dmabuf_export = "yes";
-                            g.dmabuf_note = "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 1: CUDA exports its memory as dma-bufs (cuMemGetHandleForAddressRange)".into();
+                            g.dmabuf_note = format!(
+                                "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 1: {}",
+                                g.dmabuf_note
+                            );
                         }
                         Some(false) => {
                             g.dmabuf_export = "no";
@@ -921,7 +1000,9 @@ pub(crate) fn report(file: Option<&Path>, mem: ProbeMem<'_>) -> Result<Report, f
             rep.problems.push(problem(
                 format!("GPU {}: {}", g.address, g.dmabuf_note),
                 if g.driver.as_deref() == Some("nvidia") {
-                    "load NVIDIA's open kernel modules (nvidia-open) on a GPU they support, or bind vfio-pci to export a BAR"
+                    "the bounce path serves this GPU (nothing to change here for that); P2P through fgds needs nv-dmabuf.c to implement get_phys(), or bind vfio-pci to export a BAR"
+                } else if g.exporter.starts_with("amdgpu, xe") {
+                    "the bounce path serves this GPU; for P2P, run a kernel with the driver's get_phys() patch (patches/0016 amdgpu, patches/0017 xe)"
                 } else {
                     "bind a driver that exports dma-bufs of GPU memory (the GPU vendor's, or vfio-pci for a BAR)"
                 },
@@ -1126,6 +1207,32 @@ mod tests {
 
     /// A sysfs tree of PCI functions: every GPU-class function is listed
     /// with its driver, others only when an fgds node serves them.
+    /// Each driver lands in its row of the exporter table; amdgpu and xe by
+    /// whether the kernel has their get_phys().
+    #[test]
+    fn exporter_rows() {
+        let with = |_: &str| Some(true);
+        let without = |_: &str| Some(false);
+        let unknown = |_: &str| None;
+        for d in ["amdgpu", "xe"] {
+            assert_eq!(dmabuf_of(Some(d), &with).0, "yes");
+            let (e, row, note) = dmabuf_of(Some(d), &without);
+            assert_eq!((e, row), ("no", "amdgpu, xe (7.2): no get_phys()"));
+            assert!(note.contains("EOPNOTSUPP") && note.contains("patches/00"));
+            assert_eq!(dmabuf_of(Some(d), &unknown).0, "maybe");
+        }
+        assert_eq!(dmabuf_of(Some("vfio-pci"), &without).0, "yes");
+        let (e, row, note) = dmabuf_of(Some("nvidia"), &with);
+        assert_eq!((e, row), ("no", "NVIDIA open module"));
+        assert!(note.contains("EEXIST"));
+        assert_eq!(
+            dmabuf_of(Some("virtio-pci"), &with).1,
+            "virtio-gpu VRAM blob"
+        );
+        assert_eq!(dmabuf_of(None, &with).0, "no");
+        assert_eq!(dmabuf_of(Some("i915"), &with).0, "unknown");
+    }
+
     #[test]
     fn gpus_on_the_bus() {
         let d = tempfile::tempdir().unwrap();
@@ -1136,6 +1243,7 @@ mod tests {
             ("0000:03:00.0", "0x010802", Some("nvme")),
             ("0000:04:00.0", "0x050000", Some("vfio-pci")),
             ("0000:05:00.0", "0x120000", Some("amdgpu")),
+            ("0000:06:00.0", "0x038000", Some("virtio-pci")),
         ] {
             let f = d.path().join(addr);
             std::fs::create_dir_all(&f).unwrap();
@@ -1149,6 +1257,8 @@ mod tests {
             }
         }
         let g = pci_gpus(d.path(), &[("0000:04:00.0".into(), "fgds0".into())]);
+        // Whether this machine's kernel has amdgpu's get_phys() decides its row.
+        let amdgpu = dmabuf_of(Some("amdgpu"), &kernel_has_symbol).0;
         let got: Vec<_> = g
             .iter()
             .map(|g| (g.address.as_str(), g.driver.as_deref(), g.dmabuf_export))
@@ -1156,10 +1266,11 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("0000:01:00.0", Some("nvidia"), "maybe"),
+                ("0000:01:00.0", Some("nvidia"), "no"),
                 ("0000:02:00.0", None, "no"),
                 ("0000:04:00.0", Some("vfio-pci"), "yes"),
-                ("0000:05:00.0", Some("amdgpu"), "yes"),
+                ("0000:05:00.0", Some("amdgpu"), amdgpu),
+                ("0000:06:00.0", Some("virtio-pci"), "no"),
             ]
         );
         assert_eq!(g[2].fgds_node.as_deref(), Some("fgds0"));
