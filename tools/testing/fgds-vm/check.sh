@@ -31,9 +31,9 @@ if bzimage=$("$FGDS_VM/build-kernel.sh" "$FGDS_KCONFIG" | tail -n1) &&
 	{
 		echo "1..1"
 		if "$FGDS_VM/build-exporters.sh" >"$results/exporters.log" 2>&1; then
-			echo "ok 1 exporters: the amdgpu objects patches/ changes build"
+			echo "ok 1 exporters: the amdgpu and xe objects patches/ changes build"
 		else
-			echo "not ok 1 exporters: the amdgpu objects patches/ changes build"
+			echo "not ok 1 exporters: the amdgpu and xe objects patches/ changes build"
 			sed 's/^/# /' "$results/exporters.log" | tail -n 20
 		fi
 	} >"$results/exporters.tap"
