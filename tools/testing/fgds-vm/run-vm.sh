@@ -199,9 +199,12 @@ output_size() {
 # prints within a minute or two, and a hung task is reported after 120 s.
 # QEMU is then killed and $stalled set (1). A guest whose vCPU missed its
 # timer interrupts (RCU says "timer wakeup didn't happen"; device
-# completions then arrive only when the driver polls after a timeout) limps
-# on for as long as the watchdog allows: it is killed at once, as stalled
-# (2). Both are TCG's faults, not the guest's, and are run once more.
+# completions then arrive only when the driver polls after a timeout), or a
+# device's interrupt (NVMe: "I/O tag ... timeout, completion polled": the
+# completion was posted and its MSI-X never came; the tasks behind it then
+# hang), limps on for as long as the watchdog allows: it is killed at once,
+# as stalled (2). Both are TCG's faults, not the guest's, and are run once
+# more.
 watch_guest() {
 	local size last=-1 quiet=0 t0 now hz
 	hz=$(getconf CLK_TCK)
@@ -209,7 +212,7 @@ watch_guest() {
 	t0=$(qemu_ticks)
 	while kill -0 "$qemu" 2>/dev/null; do
 		sleep 5
-		if grep -qa "timer wakeup didn't happen" "$log"; then
+		if grep -qaE "timer wakeup didn't happen|I/O tag [0-9]+ \([0-9a-f]+\) QID [0-9]+ timeout, completion polled" "$log"; then
 			stalled=2
 			kill_qemu
 			return
@@ -244,7 +247,7 @@ cause() {
 	elif [ "$stalled" = 1 ]; then
 		echo "it stalled: no output for ${stall_s}s and QEMU all but idle"
 	elif [ "$stalled" = 2 ]; then
-		echo "a vCPU missed its timer interrupts (RCU: timer wakeup didn't happen)"
+		echo "a vCPU missed its timer or a device's interrupts (RCU: timer wakeup didn't happen, or NVMe: completion polled)"
 	elif watchdog_fired; then
 		echo "the watchdog killed it after ${timeout_s}s"
 	elif grep -q "Triple fault" "$qlog"; then
