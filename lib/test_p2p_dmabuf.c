@@ -63,7 +63,7 @@
 MODULE_IMPORT_NS("DMA_BUF");
 
 #define TEST_BAR		2
-#define TEST_IOVA_OFFSET	(1ULL << 52)
+#define TEST_IOVA_OFFSET	BIT_ULL(52)
 
 static unsigned int owner_pages_mib;
 module_param(owner_pages_mib, uint, 0444);
@@ -148,7 +148,7 @@ static int test_add_fence(struct test_buf *buf)
 	ret = dma_resv_reserve_fences(buf->dmabuf->resv, 1);
 	if (ret)
 		return ret;
-	tf = kzalloc(sizeof(*tf), GFP_KERNEL);
+	tf = kzalloc_obj(*tf);
 	if (!tf)
 		return -ENOMEM;
 	spin_lock_init(&tf->lock);
@@ -214,7 +214,7 @@ static struct sg_table *test_map_resource(struct test_buf *buf,
 	dma_addr_t addr;
 	int ret;
 
-	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	sgt = kzalloc_obj(*sgt);
 	if (!sgt)
 		return ERR_PTR(-ENOMEM);
 	ret = sg_alloc_table(sgt, 1, GFP_KERNEL);
@@ -321,22 +321,22 @@ static void test_release(struct dma_buf *dmabuf)
 	kfree(buf);
 }
 
-#define TEST_OPS(name, dynamic, phys)				\
+#define TEST_OPS(name, pin_fn, unpin_fn, get_phys_fn)		\
 	static const struct dma_buf_ops name = {		\
 		.attach = test_attach,				\
 		.detach = test_detach,				\
-		.pin = (dynamic) ? test_pin : NULL,		\
-		.unpin = (dynamic) ? test_unpin : NULL,		\
+		.pin = pin_fn,					\
+		.unpin = unpin_fn,				\
 		.map_dma_buf = test_map,			\
 		.unmap_dma_buf = test_unmap,			\
-		.get_phys = (phys) ? test_get_phys : NULL,	\
+		.get_phys = get_phys_fn,			\
 		.release = test_release,			\
 	}
 
-TEST_OPS(test_ops_static, false, false);
-TEST_OPS(test_ops_static_phys, false, true);
-TEST_OPS(test_ops_dynamic, true, false);
-TEST_OPS(test_ops_dynamic_phys, true, true);
+TEST_OPS(test_ops_static, NULL, NULL, NULL);
+TEST_OPS(test_ops_static_phys, NULL, NULL, test_get_phys);
+TEST_OPS(test_ops_dynamic, test_pin, test_unpin, NULL);
+TEST_OPS(test_ops_dynamic_phys, test_pin, test_unpin, test_get_phys);
 
 static const struct dma_buf_ops *test_ops(u32 flags)
 {
@@ -369,7 +369,7 @@ static long test_export(struct test_dev *tdev, void __user *uarg)
 	    req.offset >= tdev->bar_len || req.size > tdev->bar_len - req.offset)
 		return -EINVAL;
 
-	buf = kzalloc(sizeof(*buf), GFP_KERNEL);
+	buf = kzalloc_obj(*buf);
 	if (!buf)
 		return -ENOMEM;
 	buf->tdev = tdev;

@@ -6,6 +6,7 @@
 #ifndef _LIB_TEST_P2P_DMABUF_UAPI_H
 #define _LIB_TEST_P2P_DMABUF_UAPI_H
 
+#include <linux/const.h>
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
@@ -14,13 +15,13 @@
  * (see lib/test_p2p_dmabuf.c for which function of which driver).
  */
 /* A dynamic exporter: it has pin()/unpin() and may move the buffer. */
-#define TEST_P2P_DMABUF_DYNAMIC		(1U << 0)
+#define TEST_P2P_DMABUF_DYNAMIC		_BITUL(0)
 /* The sg table comes from the BAR's P2PDMA provider (dma_buf_phys_vec_to_sgt). */
-#define TEST_P2P_DMABUF_SG_PROVIDER	(1U << 1)
+#define TEST_P2P_DMABUF_SG_PROVIDER	_BITUL(1)
 /* The sg table's DMA addresses are IOVAs, not the BAR's bus addresses. */
-#define TEST_P2P_DMABUF_IOVA		(1U << 2)
+#define TEST_P2P_DMABUF_IOVA		_BITUL(2)
 /* The exporter describes the buffer by its physical ranges (get_phys()). */
-#define TEST_P2P_DMABUF_PHYS		(1U << 3)
+#define TEST_P2P_DMABUF_PHYS		_BITUL(3)
 #define TEST_P2P_DMABUF_FLAGS		0xfU
 
 struct test_p2p_dmabuf_export {
