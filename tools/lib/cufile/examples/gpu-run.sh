@@ -11,7 +11,8 @@
 #    from and into GPU memory (kvikio_bench.py): KvikIO's own POSIX path
 #    (KVIKIO_COMPAT_MODE=ON), cuFile on fgds's libcufile.so.0 (compat mode
 #    OFF under `fgds run`), and cuFile on NVIDIA's (compat mode OFF), each
-#    with KvikIO's default thread count and with 8 threads.
+#    with KvikIO's default thread count and with 8 threads; and the same
+#    program on fgds's own API (--api fgds), the baseline.
 # 2. LMCache's GPU-resident KV chunks: tools/python's GPU test of the L2
 #    adapter (test_lmcache.py) and lmcache_kv_bench.py, fgds's L2 adapter
 #    against LMCache's own local-disk (fs) adapter.
@@ -40,17 +41,20 @@ work=$(mktemp -d /var/tmp/fgds-gpu.XXXXXX)
 bench=$top/tools/lib/cufile/examples/kvikio_bench.py
 case ,$parts, in *,kvikio,*) kthreads="default 8" ;; *) kthreads= ;; esac
 for threads in $kthreads; do
-	for lib in posix fgds nvidia; do
+	libs="posix fgds nvidia"
+	[ "$threads" = default ] && libs="$libs fgds-api"
+	for lib in $libs; do
 		env=(KVIKIO_COMPAT_MODE=OFF)
-		pre=()
+		pre=() api=()
 		case $lib in
 		posix) env=(KVIKIO_COMPAT_MODE=ON) ;;
 		fgds) pre=("$dir/fgds" run --lib "$dir/libcufile.so" --) ;;
+		fgds-api) api=(--api fgds) ;;
 		esac
 		[ "$threads" = default ] || env+=(KVIKIO_NTHREADS=$threads)
-		t=90; [ $lib = nvidia ] && t=45
+		t=$((60 + kmib / 32)); [ $lib = nvidia ] && t=45
 		r=$(env "${env[@]}" timeout $t "${pre[@]}" python3 "$bench" "$work/kvikio.bin" \
-			"$kmib" 2>"$work/err")
+			"$kmib" "${api[@]}" 2>"$work/err")
 		echo "kvikio $lib threads=$threads: exit $?: $r" | tee -a "$out/kvikio.txt"
 		{ echo "== kvikio $lib threads=$threads"; tail -c 4000 "$work/err"; } >>"$out/kvikio.err"
 	done

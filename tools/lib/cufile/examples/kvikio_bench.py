@@ -6,7 +6,11 @@ the compat mode KvikIO is given (``KVIKIO_COMPAT_MODE``): ``ON`` is
 KvikIO's own POSIX path, ``OFF`` makes it call cuFile (whichever
 ``libcufile.so.0`` the process has: run it under ``fgds run`` for fgds's).
 
-    kvikio_bench.py FILE SIZE_MIB [--rounds N]
+    kvikio_bench.py FILE SIZE_MIB [--rounds N] [--api kvikio|fgds]
+
+``--api fgds`` does the same through fgds's own Python API instead
+(``fgds.File.pwrite``/``pread`` of the CuPy arrays), for the baseline of
+the same program on fgds directly.
 
 Prints one JSON line: the compat mode KvikIO reports, which
 ``libcufile.so.0`` is loaded (fgds's exports ``cuFileBufRegisterDmabufFGDS``)
@@ -100,14 +104,18 @@ def main():
     ap.add_argument("file")
     ap.add_argument("size_mib", type=int)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--api", choices=("kvikio", "fgds"), default="kvikio")
     a = ap.parse_args()
 
     import cupy
     import kvikio
     import kvikio.defaults
 
+    if a.api == "fgds":
+        import fgds
+
     size = a.size_mib << 20
-    res = {"compat_mode": str(kvikio.defaults.get("compat_mode")),
+    res = {"api": a.api, "compat_mode": str(kvikio.defaults.get("compat_mode")),
            "compat_mode_preferred": kvikio.defaults.is_compat_mode_preferred(),
            "size_mib": a.size_mib}
     lib = loaded_cufile()
@@ -131,8 +139,11 @@ def main():
         if stats:
             stats.reset()
         c0, t0 = cpu_s(), time.perf_counter()
-        with kvikio.CuFile(a.file, "w") as f:
-            n = f.pwrite(src).get()
+        if a.api == "fgds":
+            n = fgds.File(a.file, "w").pwrite(src)
+        else:
+            with kvikio.CuFile(a.file, "w") as f:
+                n = f.pwrite(src).get()
         os.sync()
         tw, cw = time.perf_counter() - t0, cpu_s() - c0
         if n != size:
@@ -141,8 +152,11 @@ def main():
         dst.fill(0)
         cupy.cuda.runtime.deviceSynchronize()
         c0, t0 = cpu_s(), time.perf_counter()
-        with kvikio.CuFile(a.file, "r") as f:
-            n = f.pread(dst).get()
+        if a.api == "fgds":
+            n = fgds.File(a.file, "r").pread(dst)
+        else:
+            with kvikio.CuFile(a.file, "r") as f:
+                n = f.pread(dst).get()
         cupy.cuda.runtime.deviceSynchronize()
         tr, cr = time.perf_counter() - t0, cpu_s() - c0
         if n != size:
