@@ -37,7 +37,8 @@ int main(int argc, char **argv)
 	reg.dmabuf_fd = atoi(argv[2]);
 	size = argc > 4 ? strtoll(argv[4], NULL, 0) : lseek(reg.dmabuf_fd, 0, SEEK_END);
 	if (size <= 0) {
-		fprintf(stderr, "fgds-read: cannot tell the size of dma-buf fd %d\n", reg.dmabuf_fd);
+		fprintf(stderr, "fgds-read: cannot tell the size of dma-buf fd %d\n",
+			reg.dmabuf_fd);
 		return 1;
 	}
 	reg.size = size & ~4095LL;
@@ -68,7 +69,8 @@ int main(int argc, char **argv)
 		n = pread(file, (char *)gpu + done, reg.size - done, done);
 		if (n < 0) {
 			fprintf(stderr, "fgds-read: pread: %s%s\n", strerror(errno),
-				errno == EREMOTEIO ? " (the storage cannot do P2P DMA to this GPU)" : "");
+				errno == EREMOTEIO ?
+				" (the storage cannot do P2P DMA to this GPU)" : "");
 			return 1;
 		}
 		if (n == 0)
