@@ -13,7 +13,8 @@
 VM := tools/testing/fgds-vm
 BENCH := tools/testing/fgds-bench
 
-.PHONY: demo check bench bench-host bench-report toolchain kernel tests host-check clean distclean
+.PHONY: demo check bench bench-host bench-report toolchain kernel tests host-check clean distclean \
+	series series-check series-plan-check
 
 demo:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh demo
@@ -49,6 +50,24 @@ tests: kernel
 
 host-check:
 	$(VM)/host-tests.sh
+
+# The overlay as patch series against Linux 7.2, authored and signed off by
+# git's user.name/user.email: build/series/ (cover letter and one patch per
+# logical change) and build/series/fixes/ (the upstream fixes), planned by
+# tools/testing/fgds-series/plan. series-check applies them one patch at a
+# time to pristine 7.2 and builds after each (slow: about an hour on two
+# cores the first time); series-plan-check says whether the plan covers
+# every overlay file.
+SERIES := tools/testing/fgds-series
+
+series:
+	$(SERIES)/fgds-series.py generate
+
+series-check: series
+	nice -n 19 $(SERIES)/series-check.sh
+
+series-plan-check:
+	$(SERIES)/fgds-series.py plan-check
 
 # Keeps the toolchain root (build/root) but drops kernels and VM state.
 clean:
