@@ -194,7 +194,12 @@ impl<T: PageOwner> P2pPages<T> {
         let slot = self.owners.get(index).ok_or(EINVAL)?;
         let raw = Arc::into_raw(owner).cast_mut();
         if slot
-            .compare_exchange(core::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                core::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err()
         {
             // SAFETY: `raw` came from `Arc::into_raw` above and was not stored anywhere.

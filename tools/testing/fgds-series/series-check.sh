@@ -112,6 +112,9 @@ ours_warnings() {
 		sed -E 's/^ *--> //; s/:[0-9]+:[0-9]+.*//' | grep -cxF -f <(echo "$files")
 }
 
+# A copy of the series as it is now: make series may run again meanwhile.
+rm -rf "$WORK/series" && cp -r "$OUT" "$WORK/series" || die "cannot copy $OUT"
+OUT=$WORK/series
 patches=()
 for p in "$OUT"/fixes/[0-9][0-9][0-9][0-9]-*.patch "$OUT"/[0-9][0-9][0-9][0-9]-*.patch; do
 	case $p in */0000-cover-letter.patch) continue ;; esac
