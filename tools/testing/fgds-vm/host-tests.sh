@@ -146,6 +146,12 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 	fi
 fi
 
+# tap-summary: a "not ok ... # TODO" (a known failure, as the series check
+# reports findings its plan knows of) is listed, not failed.
+printf '1..2\nok 1 a\nnot ok 2 b # TODO known\n' >"$tmp/todo.tap"
+check "tap-summary lists a TODO failure without failing" \
+	sh -c "python3 '$FGDS_VM/tap-summary.py' '$tmp/todo.tap' | tail -n1 | grep -qx '1 passed, 0 failed, 1 to do'"
+
 # The install path's kernel configuration step (tools/fgds/install/
 # configure-kernel.sh) on a real distribution configuration: Debian's
 # newest linux-image-*-amd64 (downloaded once with apt-get into
@@ -236,6 +242,7 @@ if [ "${FGDS_SKIP_SERIES:-0}" != 1 ]; then
 		while IFS= read -r line; do
 			case $line in
 			'ok '*) ok "${line#ok }" ;;
+			'not ok '*'# TODO '*) n=$((n + 1)); echo "not ok $n ${line#not ok }" ;;
 			'not ok '*) notok "${line#not ok }" ;;
 			'#'*) echo "$line" ;;
 			esac
