@@ -702,6 +702,7 @@ def main():
     sub.add_parser('check')
     sub.add_parser('pristine', help='import the pristine tree if needed; print its path')
     sub.add_parser('codespell-dict', help='print the path of codespell\'s dictionary')
+    sub.add_parser('todos', help='print "SERIES N CHECK COUNT" for the plan\'s known findings')
     args = ap.parse_args()
     try:
         if args.cmd == 'plan-check':
@@ -724,6 +725,11 @@ def main():
             print(pristine())
         elif args.cmd == 'codespell-dict':
             print(codespell_dict())
+        elif args.cmd == 'todos':
+            for s in Plan().series:
+                for n, e in enumerate(s.entries, 1):
+                    for check, (count, _) in e.todo.items():
+                        print(s.name, n, check, count)
     except Error as e:
         die(str(e))
 
