@@ -487,7 +487,7 @@ def generate(plan, outroot, tree, name, email, quiet=False):
             base_desc = f'Linux {version}'
         else:
             prev = ranges[n - 1][0]
-            base_desc = (f'Linux {version} with the {prev.name} series '
+            base_desc = (f'Linux {version} with the {prev.name} series\n'
                          f'({len(prev.entries)} patches) applied')
         fill_cover(cover, s.cover, all_to, all_cc, base_desc)
         written.append((s, outdir, patches, cover))
