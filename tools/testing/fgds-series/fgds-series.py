@@ -251,6 +251,7 @@ def pristine():
     stamp = f'{os.path.basename(tb)} {st.st_size} {int(st.st_mtime)}\n'
     stamp_path = os.path.join(PRISTINE, '.git', 'fgds-pristine')
     if os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        make_bare()
         return PRISTINE
     log(f'importing {os.path.basename(tb)} into {os.path.relpath(PRISTINE, TOP)} (once)')
     if os.path.exists(PRISTINE):
@@ -270,7 +271,23 @@ def pristine():
     run(['git', 'tag', '-f', PRISTINE_TAG], cwd=PRISTINE)
     with open(stamp_path, 'w') as f:
         f.write(stamp)
+    make_bare()
     return PRISTINE
+
+
+def make_bare():
+    """Keeps only the repository: its worktrees are where trees are checked out
+    (disk is scarce: a checkout of 7.2 is 1.8 GB)."""
+    if run(['git', 'config', '--get', 'core.bare'], cwd=PRISTINE, check=False).stdout.strip() == 'true':
+        return
+    for name in os.listdir(PRISTINE):
+        if name != '.git':
+            path = os.path.join(PRISTINE, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    run(['git', 'config', 'core.bare', 'true'], cwd=PRISTINE)
 
 
 def worktree(path):
@@ -675,7 +692,8 @@ def cmd_check(args):
                        (t[0], (e or 0) + (w or 0) + (c or 0), t[1]) if t and e is not None
                        else None)
         log(f'identity and checkpatch done at {time.time() - t0:.0f} s')
-        t_series = applied_tree(written, os.path.join(work, 'am'), name, email)
+        # The same worktree for both: one checkout of 7.2 is 1.8 GB.
+        t_series = applied_tree(written, gen, name, email)
         t_overlay = overlay_tree(plan, gen, name, email)
         log(f'trees compared at {time.time() - t0:.0f} s')
         diff = ''
