@@ -229,6 +229,16 @@ fi
 # tree into build/linux-7.2 (some 30 s). Without git's user.name/email the
 # patches are made by a test identity, in a directory removed at the end.
 if [ "${FGDS_SKIP_SERIES:-0}" != 1 ]; then
+	# make check builds the toolchain root while these tests run: wait for
+	# one that is being built (not ready, changed in the last 5 minutes), at
+	# most 15 minutes; not for a missing or an abandoned one.
+	for _ in $(seq 180); do
+		[ -z "${FGDS_LINUX_TARBALL:-}" ] &&
+			[ "$("$FGDS_VM/toolchain.sh" --status 2>/dev/null)" = stale ] &&
+			[ -n "$(find "$FGDS_ROOT" -maxdepth 3 -newermt '-5 minutes' -print -quit 2>/dev/null)" ] ||
+			break
+		sleep 5
+	done
 	if [ -z "${FGDS_LINUX_TARBALL:-}" ] &&
 		! ls "$FGDS_ROOT"/usr/src/linux-source-7.2.tar.* >/dev/null 2>&1; then
 		n=$((n + 1)); echo "ok $n series # SKIP no Linux 7.2 source in $FGDS_ROOT (make toolchain)"
