@@ -57,8 +57,8 @@ pub trait BusEvents: Send + Sync {
 ///
 /// # Invariants
 ///
-/// `nb` is a `notifier_block` whose `notifier_call` is [`Self::call`], registered on the PCI
-/// bus's notifier chain from the end of initialisation until [`PinnedDrop::drop`].
+/// `nb` is a `notifier_block` whose `notifier_call` is `Self::call`, registered on the PCI
+/// bus's notifier chain from the end of initialisation until `PinnedDrop::drop`.
 ///
 /// # Examples
 ///

@@ -110,7 +110,8 @@ ours_warnings() {
 	local files; files=$(git -C "$TREE" diff --name-only fgds-pristine HEAD)
 	[ -n "$files" ] || { echo 0; return; }
 	grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error):|^ *--> ' "$1" |
-		sed -E 's/^ *--> //; s/:[0-9]+:[0-9]+.*//' | grep -cxF -f <(echo "$files")
+		sed -E 's/^ *--> //; s/:[0-9]+:[0-9]+.*//; s|^'"$IN"'/linux/||' |
+		grep -cxF -f <(echo "$files")
 }
 
 # A copy of the series as it is now: make series may run again meanwhile.
