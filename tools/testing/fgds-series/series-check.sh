@@ -68,6 +68,9 @@ if ! git -C "$TREE" rev-parse --git-dir >/dev/null 2>&1 ||
 	git -C "$TREE" reset -q FETCH_HEAD
 	git -C "$TREE" tag -f fgds-pristine FETCH_HEAD >/dev/null
 fi
+# The objects may come from another checkout's pristine repository than
+# last time (the import is reproducible: same tarball, same commit).
+echo "$pristine/.git/objects" >"$TREE/.git/objects/info/alternates"
 git -C "$TREE" fetch -q --no-tags "$pristine" fgds-pristine &&
 	git -C "$TREE" tag -f fgds-pristine FETCH_HEAD >/dev/null
 git -C "$TREE" am --abort >/dev/null 2>&1
