@@ -357,8 +357,8 @@ fn dmabuf_of(
             "test exporter",
             "lib/test_p2p_dmabuf.c, the test exporter: the outcome depends on each buffer's export pattern".into(),
         ),
-        Some("amdgpu") => patched("amdgpu", "amdgpu_dma_buf_get_phys", "patches/0016"),
-        Some("xe") => patched("xe", "xe_dma_buf_get_phys", "patches/0017"),
+        Some("amdgpu") => patched("amdgpu", "amdgpu_dma_buf_get_phys", "patches/0004"),
+        Some("xe") => patched("xe", "xe_dma_buf_get_phys", "patches/0005"),
         Some("nvidia") => (
             "no",
             "NVIDIA open module",
@@ -1002,7 +1002,7 @@ pub(crate) fn report(file: Option<&Path>, mem: ProbeMem<'_>) -> Result<Report, f
                 if g.driver.as_deref() == Some("nvidia") {
                     "the bounce path serves this GPU (nothing to change here for that); P2P through fgds needs nv-dmabuf.c to implement get_phys(), or bind vfio-pci to export a BAR"
                 } else if g.exporter.starts_with("amdgpu, xe") {
-                    "the bounce path serves this GPU; for P2P, run a kernel with the driver's get_phys() patch (patches/0016 amdgpu, patches/0017 xe)"
+                    "the bounce path serves this GPU; for P2P, run a kernel with the driver's get_phys() patch (patches/0004 amdgpu, patches/0005 xe)"
                 } else {
                     "bind a driver that exports dma-bufs of GPU memory (the GPU vendor's, or vfio-pci for a BAR)"
                 },
