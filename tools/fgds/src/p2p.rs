@@ -132,8 +132,13 @@ fn acs_redirects(dev: &Path) -> Option<bool> {
     const ACS_CTRL: usize = 0x06;
     const REDIRECT: u16 = 0x0004 | 0x0008 | 0x0020; // RR | CR | EC
     let cfg = std::fs::read(dev.join("config")).ok()?;
-    if cfg.len() < 0x104 {
+    // sysfs gives 64 bytes to anyone but root; root gets all there is: 256
+    // for a conventional PCI function (no extended space, so no ACS).
+    if cfg.len() <= 64 {
         return None;
+    }
+    if cfg.len() < 0x104 {
+        return Some(false);
     }
     let rd32 = |o: usize| -> Option<u32> {
         cfg.get(o..o + 4)
@@ -455,6 +460,13 @@ mod tests {
             Verdict::ThroughHostBridge { why, .. } => assert!(why.contains("8086:2020"), "{why}"),
             v => panic!("{v:?}"),
         }
+    }
+
+    #[test]
+    fn conventional_function_has_no_acs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("config"), [0u8; 256]).unwrap();
+        assert_eq!(acs_redirects(d.path()), Some(false));
     }
 
     #[test]
