@@ -153,7 +153,8 @@ static int ex_open(struct ex_env *e, const char **why)
 	char node[64];
 	int i;
 
-	e->tpd = e->node = -1;
+	e->tpd = -1;
+	e->node = -1;
 	*why = "FGDS_GPU2_BDF not set (not in the fgds VM)";
 	if (!bdf2())
 		return -ENOENT;
@@ -186,9 +187,8 @@ TEST(bind_test_exporter)
 
 	if (!bdf2())
 		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
-	if (access("/sys/module/" TPD_NAME, F_OK)) {
+	if (access("/sys/module/" TPD_NAME, F_OK))
 		ASSERT_EQ(0, system("modprobe " TPD_NAME " owner_pages_mib=" OWNER_MIB_STR));
-	}
 	ASSERT_EQ(0, bind_to(bdf2(), TPD_NAME)) TH_LOG("binding %s to " TPD_NAME, bdf2());
 	ASSERT_EQ(0, driver_of(bdf2(), cur, sizeof(cur)));
 	ASSERT_STREQ(TPD_NAME, cur);
@@ -312,10 +312,8 @@ static int ex_buf(struct ex_env *e, uint32_t flags, uint64_t bar_off, struct fgd
 	return b->p ? 0 : -errno;
 }
 
-static bool p2p(const FIXTURE_VARIANT(ex) *variant)
-{
-	return variant->reg_errno == 0;
-}
+/* Whether the variant's exporter gives fgds what P2P needs. */
+#define p2p(variant) ((variant)->reg_errno == 0)
 
 /* REG_BUFFER's answer is the documented one, silently; the exporter's view. */
 TEST_F(ex, registration_outcome)
@@ -350,7 +348,7 @@ TEST_F(ex, registration_outcome)
 /* Every way of reading into the mapping, and writing out of it, every byte from the host. */
 TEST_F_TIMEOUT(ex, data_every_byte, 600)
 {
-	const char *dirs[] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
+	const char *dirs[2];
 	uint64_t seed = 0x7e50000 + variant->bar_off / SZ_1M;
 	struct io_uring ring;
 	struct fgds_buf b;
@@ -360,6 +358,8 @@ TEST_F_TIMEOUT(ex, data_every_byte, 600)
 	if (!p2p(variant))
 		SKIP(return, "%s: REG_BUFFER refuses (%s), nothing to move", variant->driver,
 		     strerror(variant->reg_errno));
+	dirs[0] = getenv("FGDS_EXT4");
+	dirs[1] = getenv("FGDS_XFS");
 	ASSERT_EQ(0, ex_buf(&self->e, variant->flags, variant->bar_off, &b));
 	ASSERT_EQ(0, io_uring_queue_init(NR_IOS, &ring, 0));
 	tmp = fgds_aligned_buf(BUF_LEN);
@@ -433,7 +433,8 @@ static int submit_slow_reads(struct io_uring *ring, int slow, unsigned char *p)
 	int i;
 
 	for (i = 0; i < NR_IOS; i++)
-		io_uring_prep_read(io_uring_get_sqe(ring), slow, p + i * IO_LEN, IO_LEN, i * IO_LEN);
+		io_uring_prep_read(io_uring_get_sqe(ring), slow, p + i * IO_LEN, IO_LEN,
+				   i * IO_LEN);
 	return io_uring_submit(ring);
 }
 
@@ -533,7 +534,8 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 			if (kind == REVOKE) {
 				uint64_t c = 0;
 
-				EXPECT_EQ(-ENODEV, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
+				EXPECT_EQ(-ENODEV,
+					  fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
 			}
 			io_uring_queue_exit(&ring);
 			fgds_buf_put(self->e.node, &b);

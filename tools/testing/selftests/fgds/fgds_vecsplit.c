@@ -109,8 +109,8 @@ int main(int argc, char **argv)
 					      preadv(file, mode == 1 ? in1 : in4, 4, off);
 
 				if (got != (ssize_t)bs) {
-					fprintf(stderr, "fgds_vecsplit: read %zd of %zu: %s\n", got, bs,
-						strerror(errno));
+					fprintf(stderr, "fgds_vecsplit: read %zd of %zu: %s\n",
+						got, bs, strerror(errno));
 					return 1;
 				}
 			}
