@@ -388,8 +388,12 @@ impl PhysRanges<'_> {
     }
 
     /// The ranges, in buffer order: `(CPU-physical address, length)`.
+    // `phys_addr_t` is `u32` on 32-bit kernels without PAE, where the conversion is not useless.
+    #[allow(clippy::useless_conversion)]
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().map(|r| (u64::from(r.paddr), r.len as u64))
+        self.ranges
+            .iter()
+            .map(|r| (u64::from(r.paddr), r.len as u64))
     }
 }
 

@@ -464,9 +464,7 @@ fn extents(
         }
         let from = start.max(offset);
         let to = pos.min(end);
-        let (bar, bar_off) = gpu
-            .bar_of(addr + (from - start), to - from)
-            .ok_or(EXDEV)?;
+        let (bar, bar_off) = gpu.bar_of(addr + (from - start), to - from).ok_or(EXDEV)?;
         if !page_aligned(bar_off) || !page_aligned(to - from) {
             return Err(EXDEV);
         }
