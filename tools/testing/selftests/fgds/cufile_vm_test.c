@@ -23,29 +23,13 @@
 #include "cufile.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
+#include "fgds_test.h"
 #include "fgds_vfio.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define BAR_OFF (384 * SZ_1M)
 #define LEN (8 * SZ_1M)
 #define SEED 0xc0
-
-static int put_file(const char *path, size_t len, uint64_t seed)
-{
-	void *buf;
-	int fd, ret = -1;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -1;
-	fgds_pattern_fill(buf, len, seed, 0);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-	if (fd >= 0 && write(fd, buf, len) == (ssize_t)len)
-		ret = 0;
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
-}
 
 static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
 		       uint64_t len, uint64_t pos)
@@ -91,7 +75,7 @@ FIXTURE_SETUP(cufile)
 	e = cuFileBufRegisterDmabufFGDS(self->dmabuf, 0, LEN, &self->base);
 	ASSERT_EQ(CU_FILE_SUCCESS, e.err) TH_LOG("cuFileBufRegisterDmabufFGDS: %d", e.err);
 	snprintf(self->path, sizeof(self->path), "%s/cufile-vm-test", dir);
-	ASSERT_EQ(0, put_file(self->path, 2 * LEN, SEED));
+	ASSERT_EQ(0, fgds_put_file(self->path, 2 * LEN, SEED));
 	self->fd = open(self->path, O_RDWR | O_DIRECT);
 	ASSERT_LE(0, self->fd);
 	memset(&d, 0, sizeof(d));
@@ -245,7 +229,7 @@ TEST_F_TIMEOUT(cufile, no_p2p_device_falls_back_visibly, 300)
 	int fd;
 
 	ASSERT_NE(NULL, loop);
-	ASSERT_EQ(0, put_file(loop, SZ_1M, SEED + 2));
+	ASSERT_EQ(0, fgds_put_file(loop, SZ_1M, SEED + 2));
 	fd = open(loop, O_RDWR | O_DIRECT);
 	ASSERT_LE(0, fd);
 	memset(&d, 0, sizeof(d));

@@ -47,6 +47,19 @@ static inline int fgds_put_pattern(int fd, off_t off, size_t len, uint64_t seed)
 	return n == (ssize_t)len ? 0 : -EIO;
 }
 
+/* Create (or truncate) @path and write @len bytes of stream @seed to it with O_DIRECT. */
+static inline int fgds_put_file(const char *path, size_t len, uint64_t seed)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = fgds_put_pattern(fd, 0, len, seed);
+	close(fd);
+	return ret;
+}
+
 /* Bytes of @buf that differ from stream @seed at stream offset @pos. */
 static inline size_t fgds_pattern_diff(const void *buf, size_t len, uint64_t seed, uint64_t pos)
 {
