@@ -117,7 +117,6 @@ use kernel::{
 module! {
     type: FgdsModule,
     name: "fgds",
-    authors: ["fgds developers"],
     description: "fast GPU direct storage: O_DIRECT and io_uring I/O into GPU memory, peer to peer",
     license: "GPL",
     imports_ns: ["DMA_BUF"],
