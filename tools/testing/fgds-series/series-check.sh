@@ -9,6 +9,12 @@
 # checkpatch.pl --strict --codespell on each patch, and at the end
 # rustfmtcheck, CLIPPY=1 and rustdoc. One line per patch.
 #
+# The GPU drivers the series changes (amdgpu, xe) are too big to build whole
+# after every patch: a second object directory, configured with
+# tools/testing/fgds-vm/configs/exporters.config as build-exporters.sh does,
+# compiles after each patch every drivers/gpu/ object the series has changed
+# so far (nothing before the first patch that touches one).
+#
 # The builds run in the toolchain root (build/root, or FGDS_ROOT) through
 # chroot, in a private mount namespace so that nothing is mounted for anyone
 # else. The tree and the object directory live in FGDS_SERIES_CHECK_DIR
@@ -95,6 +101,23 @@ if [ ! -f "$OBJ/.config" ]; then
 fi
 configure || die "configuration failed"
 
+# The GPU drivers' object directory (see the top).
+cp "$FGDS_VM/configs/exporters.config" "$WORK/cfg/"
+GOBJ=$WORK/kbuild-gpu
+KG="make -s -C $IN/linux O=$IN/kbuild-gpu LLVM=1"
+configure_gpu() {
+	[ -f "$GOBJ/.config" ] || { mkdir -p "$GOBJ" && inroot_private sh -c "$KG tinyconfig >/dev/null"; } ||
+		return 1
+	inroot_private sh -c "cd $IN/kbuild-gpu &&
+		$IN/linux/scripts/kconfig/merge_config.sh -m -O . .config \
+			$IN/cfg/fgds.config $IN/cfg/exporters.config >/dev/null &&
+		$KG olddefconfig >/dev/null" || return 1
+	local l
+	for l in $(grep -E '^CONFIG_[A-Z0-9_]+=[ym]$' "$WORK/cfg/exporters.config"); do
+		grep -qx "$l" "$GOBJ/.config" || { echo "config lost: $l"; return 1; }
+	done
+}
+
 # A patch whose Kconfig symbol exists must have it set as asked.
 config_ok() {
 	local missing=
@@ -169,6 +192,21 @@ for p in "${patches[@]}"; do
 		build=FAIL
 		status=FAIL
 		note+=" build(logs/$name.build.log)"
+	fi
+	# The GPU drivers' objects the series has changed up to here.
+	gpu_objs=$(git -C "$TREE" diff --name-only fgds-pristine HEAD -- drivers/gpu |
+		sed -n 's/\.c$/.o/p' | tr '\n' ' ')
+	if [ -n "$gpu_objs" ]; then
+		if configure_gpu >"$LOGS/$name.gpu-config.log" 2>&1 &&
+			inroot_private sh -c "$KG -j$JOBS $gpu_objs" >"$LOGS/$name.gpu.log" 2>&1; then
+			gours=$(ours_warnings "$LOGS/$name.gpu.log")
+			[ "$gours" = 0 ] || { status=FAIL; note+=" gpu-warnings:$gours(logs/$name.gpu.log)"; }
+			note+=" (gpu objects: $(echo $gpu_objs | wc -w) built)"
+		else
+			build=FAIL
+			status=FAIL
+			note+=" gpu-objects(logs/$name.gpu.log)"
+		fi
 	fi
 	t=$(($(date +%s) - t0))
 	ours=$(ours_warnings "$LOGS/$name.build.log")
