@@ -73,7 +73,7 @@ def vm_section(doc, img):
     out = [
         "## 1. In the VM: NVMe -> GPU stand-in, every path",
         "",
-        "Command: `make bench` (release kernel; `tools/testing/selftests/fgds/fgds_vmbench.c`).",
+        "Command: `make bench` (release kernel; `tools/testing/fgds-vm/guest-programs/fgds_vmbench.c`).",
         "Same emulated NVMe, same 256 MiB file on ext4, same request sizes and queue depths for",
         "every path. `host` is O_DIRECT into host memory (the ceiling); `fgds` O_DIRECT into an",
         "fgds mapping of the stand-in's BAR through io_uring; `fgds-vec` READV/WRITEV of 4",

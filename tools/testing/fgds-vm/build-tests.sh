@@ -1,8 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Build the in-guest test programs (tools/testing/selftests/fgds) against the
-# kernel's installed UAPI headers, inside the toolchain root. Output:
+# Build the in-guest test programs against the kernel's installed UAPI
+# headers, inside the toolchain root: the kernel selftests
+# (tools/testing/selftests/fgds) and the programs that are not
+# (tools/testing/fgds-vm/guest-programs: the fixture's test, the user-space
+# side's tests, the benchmark suite, the demo's program). Output:
 # /fgds/tests-bin-<cfg> in the root, with TESTS listing what to run.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -38,10 +41,51 @@ if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
 	ln -sf libcufile.so.0 "$FGDS_ROOT/fgds/lib/libcufile.so"
 	libcufile=/fgds/lib
 fi
+# The selftests build where a kernel tree has them (their Makefile includes
+# ../lib.mk): laid over the root's tree as build-kernel.sh lays the overlay,
+# from what git has (not the output of an in-tree make), copying what
+# differs only, so that make rebuilds only what changed.
+kst=$FGDS_ROOT/fgds/linux/tools/testing/selftests
+[ -f "$kst/lib.mk" ] || die "no $kst/lib.mk: build the kernel first (build-kernel.sh)"
+st_files=$(cd "$FGDS_TOP" &&
+	git ls-files --cached --others --exclude-standard -- tools/testing/selftests/fgds |
+	while read -r f; do [ -f "$f" ] && echo "${f#tools/testing/selftests/fgds/}"; done)
+mkdir -p "$kst/fgds"
+for f in $st_files; do
+	cmp -s "$FGDS_TOP/tools/testing/selftests/fgds/$f" "$kst/fgds/$f" ||
+		cp "$FGDS_TOP/tools/testing/selftests/fgds/$f" "$kst/fgds/$f"
+done
+for f in "$kst"/fgds/* "$kst"/fgds/.[!.]*; do
+	[ -f "$f" ] || continue
+	case " $(echo $st_files) " in *" ${f##*/} "*) ;; *) rm -f "$f" ;; esac
+done
+
+# What guest/check.sh runs, in this order: the fixture's test first, then
+# the kernel selftests, with the user-space side's tests (guest-programs/)
+# where they were built before the lifetime, stress, fuzz and exporter runs.
+tests="fixture_test fgds_api_test fgds_io_test fgds_module_test"
+[ -z "$libfgds" ] || tests+=" libfgds_test"
+[ -z "$libcufile" ] || tests+=" cufile_vm_test"
+[ -z "$cli" ] || tests+=" fgds_cli_test"
+tests+=" fgds_lifetime_test fgds_stress fgds_fuzz fgds_exporter_test"
+
 inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/null &&
 	mkdir -p $out &&
-	make -s -C /fgds/src/tools/testing/selftests/fgds \
+	make -s -C /fgds/linux/tools/testing/selftests/fgds OUTPUT=$out \
+		KHDR_INCLUDES='-isystem /fgds/kbuild-$cfg/usr/include' &&
+	make -s -C /fgds/src/tools/testing/fgds-vm/guest-programs \
 		KSFT=/fgds/linux/tools/testing/selftests \
 		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds LIBCUFILE=$libcufile \
 		FGDS_CLI=$cli O=$out" ||
 	die "building the selftests failed"
+
+# Every kernel selftest is in the list, and everything listed was built.
+kselftests=$(make -s -C "$kst/fgds" emit_tests | sed 's/^.*://') ||
+	die "make emit_tests of the selftests failed"
+for t in $kselftests; do
+	case " $tests " in *" $t "*) ;; *) die "selftest $t is not in build-tests.sh's list" ;; esac
+done
+for t in $tests; do
+	[ -x "$FGDS_ROOT$out/$t" ] || die "test program $t was not built"
+done
+echo "$tests" >"$FGDS_ROOT$out/TESTS"

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # make bench: the driver's figures (tools/testing/selftests/fgds/fgds_bench.c),
-# then the in-VM suite (fgds_vmbench.c): every path, same NVMe, same file,
-# table on the console, rows in /fgds/out/vm-suite.json.
+# then the in-VM suite (tools/testing/fgds-vm/guest-programs/fgds_vmbench.c):
+# every path, same NVMe, same file, table on the console, rows in
+# /fgds/out/vm-suite.json.
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
 cd /fgds/tests-bin-$FGDS_KCONFIG || exit 1
 ./fgds_bench "$FGDS_EXT4/bench.bin"
