@@ -7,9 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <setjmp.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -24,8 +22,6 @@
 #include "fgds_test.h"
 #include "fgds_util.h"
 
-#define SZ_64K (64 * 1024UL)
-#define SZ_1M (1024 * 1024UL)
 #define SZ_2M (2 * SZ_1M)
 
 FIXTURE(api) {
@@ -42,7 +38,8 @@ FIXTURE_SETUP(api)
 	self->fd = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
 	/* In the fgds VM the node must be there; elsewhere there is nothing to test. */
 	if (self->fd < 0 && !getenv("FGDS_GPU_BDF"))
-		SKIP(return, FGDS_NODE ": %s (is fgds loaded with ids=1af4:1110?)", strerror(errno));
+		SKIP(return, FGDS_NODE ": %s (is fgds loaded with ids=1af4:1110?)",
+		     strerror(errno));
 	ASSERT_LE(0, self->fd) TH_LOG(FGDS_NODE ": %s", strerror(errno));
 	ret = fgds_vfio_open(&self->v, &why);
 	ASSERT_EQ(0, ret) TH_LOG("vfio: %s: %s", why, strerror(-ret));
@@ -79,7 +76,7 @@ TEST_F(api, unknown_ioctl_is_enotty)
 
 TEST_F(api, reg_closed_fd_is_ebadf)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 	int fd = dup(self->dmabuf);
 
 	close(fd);
@@ -89,7 +86,7 @@ TEST_F(api, reg_closed_fd_is_ebadf)
 
 TEST_F(api, reg_fd_not_dmabuf_is_einval)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 	int fd = memfd_create("not-a-dmabuf", 0);
 
 	ASSERT_LE(0, fd);
@@ -102,7 +99,7 @@ TEST_F(api, reg_dmabuf_of_system_memory_is_refused)
 {
 	struct udmabuf_create create = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = SZ_1M };
 	int memfd, dev, dmabuf, ret;
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	dev = open("/dev/udmabuf", O_RDWR);
 	if (dev < 0)
@@ -129,14 +126,14 @@ TEST_F(api, reg_dmabuf_of_system_memory_is_refused)
 
 TEST_F(api, reg_zero_size_is_einval)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 0, 0, &c));
 }
 
 TEST_F(api, reg_past_dmabuf_is_erange)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	EXPECT_EQ(-ERANGE, fgds_reg(self->fd, self->dmabuf, 0, 4 * SZ_1M + 4096, &c));
 	EXPECT_EQ(-ERANGE, fgds_reg(self->fd, self->dmabuf, 4 * SZ_1M, 4096, &c));
@@ -146,7 +143,7 @@ TEST_F(api, reg_past_dmabuf_is_erange)
 
 TEST_F(api, reg_unaligned_is_einval)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 512, SZ_64K, &c));
 	EXPECT_EQ(-EINVAL, fgds_reg(self->fd, self->dmabuf, 0, SZ_64K + 1, &c));
@@ -182,7 +179,7 @@ TEST_F(api, reg_bad_user_pointer_is_efault)
 TEST_F(api, unreg_unknown_and_double_are_enoent)
 {
 	struct fgds_unreg_buffer u = { .cookie = 0x1000 };
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	EXPECT_EQ(-ENOENT, fgds_unreg(self->fd, 0x7777000));
 	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_64K, &c));
@@ -196,7 +193,7 @@ TEST_F(api, unreg_unknown_and_double_are_enoent)
 
 TEST_F(api, overlapping_registration_is_ebusy)
 {
-	uint64_t a = 0, b = 0;
+	__u64 a = 0, b = 0;
 
 	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_1M, &a));
 	EXPECT_EQ(-EBUSY, fgds_reg(self->fd, self->dmabuf, SZ_1M - 4096, SZ_64K, &b));
@@ -213,7 +210,7 @@ TEST_F(api, overlapping_registration_is_ebusy)
 TEST_F(api, query_reports_bar_range)
 {
 	struct fgds_buffer_info info;
-	uint64_t c = 0;
+	__u64 c = 0;
 
 	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 3 * SZ_64K, SZ_1M, &c));
 	ASSERT_EQ(0, fgds_query(self->fd, c, &info));
@@ -231,14 +228,15 @@ TEST_F(api, query_reports_bar_range)
 
 TEST_F(api, mmap_rules)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 	void *p;
 
 	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_1M, &c));
 	/* wrong size */
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_64K, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, c));
 	EXPECT_EQ(EINVAL, errno);
-	EXPECT_EQ(MAP_FAILED, mmap(NULL, 2 * SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, c));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 2 * SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
+				   c));
 	EXPECT_EQ(EINVAL, errno);
 	/* unknown offset */
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, SZ_1M, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
@@ -265,7 +263,7 @@ TEST_F(api, mmap_rules)
 
 TEST_F(api, cookie_belongs_to_its_open_file)
 {
-	uint64_t c = 0;
+	__u64 c = 0;
 	int other = open(FGDS_NODE, O_RDWR);
 
 	ASSERT_LE(0, other);
@@ -281,7 +279,7 @@ TEST_F(api, cookie_belongs_to_its_open_file)
  * Forks a child that loads from @p and exits; returns its wait status, or -1
  * when fork or waitpid failed.
  */
-static int child_touch(volatile unsigned char *p)
+static int child_touch(unsigned char *p)
 {
 	int status;
 	pid_t pid = fork();
@@ -289,9 +287,7 @@ static int child_touch(volatile unsigned char *p)
 	if (pid < 0)
 		return -1;
 	if (!pid) {
-		volatile unsigned char x = p[0];
-
-		(void)x;
+		fgds_load(p);
 		_exit(0);
 	}
 	return waitpid(pid, &status, 0) == pid ? status : -1;
@@ -326,7 +322,8 @@ TEST_F(api, madvise_cannot_make_mapping_inheritable)
 	b.p[0] = 0x5b;
 	EXPECT_EQ(-1, madvise(b.p, SZ_64K, MADV_DOFORK));
 	EXPECT_EQ(EINVAL, errno) TH_LOG("MADV_DOFORK: %s", strerror(errno));
-	EXPECT_EQ(0, madvise(b.p, SZ_64K, MADV_DONTFORK)) TH_LOG("MADV_DONTFORK: %s", strerror(errno));
+	EXPECT_EQ(0, madvise(b.p, SZ_64K, MADV_DONTFORK))
+		TH_LOG("MADV_DONTFORK: %s", strerror(errno));
 	EXPECT_EQ(-1, madvise(b.p, SZ_64K, MADV_DOFORK));
 	status = child_touch(b.p);
 	ASSERT_NE(-1, status) TH_LOG("fork or waitpid: %s", strerror(errno));
@@ -371,7 +368,7 @@ TEST_F(api, success_paths_log_nothing)
 
 TEST_F(api, cpu_loads_and_stores_reach_vram)
 {
-	const uint64_t off = 40 * SZ_1M, len = SZ_2M + 3 * 4096;
+	const __u64 off = 40 * SZ_1M, len = SZ_2M + 3 * 4096;
 	struct fgds_buf b;
 	char ans[256];
 
@@ -384,48 +381,30 @@ TEST_F(api, cpu_loads_and_stores_reach_vram)
 	fgds_buf_put(self->fd, &b);
 }
 
-static sigjmp_buf jump;
-
-static void on_sigbus(int sig)
-{
-	siglongjmp(jump, sig);
-}
-
 TEST_F(api, access_after_unreg_is_sigbus)
 {
-	struct sigaction sa = { .sa_handler = on_sigbus }, old;
 	struct fgds_buf b;
-	volatile int sig;
+	__u64 c = 0;
+	int d;
 
 	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 48 * SZ_1M, SZ_64K, &b));
 	b.p[0] = 1;
 	ASSERT_EQ(0, fgds_unreg(self->fd, b.cookie));
 	b.cookie = 0;
-	sigaction(SIGBUS, &sa, &old);
-	sig = sigsetjmp(jump, 1);
-	if (!sig)
-		b.p[4096] = 2;
-	sigaction(SIGBUS, &old, NULL);
-	EXPECT_EQ(SIGBUS, sig);
+	EXPECT_EQ(SIGBUS, fgds_access_signal(b.p + 4096, 1, 2));
 	/* and the pages are free for a new registration */
-	{
-		uint64_t c = 0;
-		int d = fgds_vfio_dmabuf(&self->v, 48 * SZ_1M, SZ_64K);
-
-		ASSERT_LE(0, d);
-		EXPECT_EQ(0, fgds_reg(self->fd, d, 0, SZ_64K, &c));
-		EXPECT_EQ(0, fgds_unreg(self->fd, c));
-		close(d);
-	}
+	d = fgds_vfio_dmabuf(&self->v, 48 * SZ_1M, SZ_64K);
+	ASSERT_LE(0, d);
+	EXPECT_EQ(0, fgds_reg(self->fd, d, 0, SZ_64K, &c));
+	EXPECT_EQ(0, fgds_unreg(self->fd, c));
+	close(d);
 	fgds_buf_put(self->fd, &b);
 }
 
 TEST_F(api, revoke_zaps_mappings_and_refuses_io)
 {
-	struct sigaction sa = { .sa_handler = on_sigbus }, old;
 	struct fgds_buffer_info info;
 	struct fgds_buf b;
-	volatile int sig;
 	int fd;
 
 	ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, 56 * SZ_1M, SZ_1M, &b));
@@ -434,12 +413,7 @@ TEST_F(api, revoke_zaps_mappings_and_refuses_io)
 	ASSERT_EQ(0, fgds_vfio_set_memory(&self->v, 0));
 	ASSERT_EQ(0, fgds_query(self->fd, b.cookie, &info));
 	EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
-	sigaction(SIGBUS, &sa, &old);
-	sig = sigsetjmp(jump, 1);
-	if (!sig)
-		b.p[8192] = 2;
-	sigaction(SIGBUS, &old, NULL);
-	EXPECT_EQ(SIGBUS, sig);
+	EXPECT_EQ(SIGBUS, fgds_access_signal(b.p + 8192, 1, 2));
 	fd = open(getenv("FGDS_RAW") ?: "/dev/null", O_RDONLY | O_DIRECT);
 	ASSERT_LE(0, fd);
 	EXPECT_EQ(-1, pread(fd, b.p, SZ_64K, 0));

@@ -11,7 +11,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +39,7 @@ static double cpu(void)
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-static long vmstat(const char *key)
+static long vmstat_value(const char *key)
 {
 	char line[128];
 	long v = -1;
@@ -71,7 +70,7 @@ static double read_all(int fd, void *buf, size_t len, size_t bs, double *cpu_s)
 
 int main(int argc, char **argv)
 {
-	static const uint64_t sizes[] = { 4096, 2 * MiB, 64 * MiB, 256 * MiB };
+	static const __u64 sizes[] = { 4096, 2 * MiB, 64 * MiB, 256 * MiB };
 	const char *path = argc > 1 ? argv[1] : "/mnt/ext4/bench.bin";
 	const size_t len = 256 * MiB;
 	struct fgds_vfio v;
@@ -89,7 +88,7 @@ int main(int argc, char **argv)
 	printf("REG_BUFFER + mmap (+ first touch of every page) time:\n");
 	printf("  %-10s %12s %12s %14s\n", "size", "reg+mmap us", "fault us", "memmap KiB");
 	for (unsigned int i = 0; i < 4; i++) {
-		long m0 = vmstat("nr_memmap_pages"), m1;
+		long m0 = vmstat_value("nr_memmap_pages"), m1;
 		double t0 = now(), t1, t2;
 
 		if (fgds_buf_get(fd, &v, 0, sizes[i], &b)) {
@@ -98,16 +97,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		t1 = now();
-		for (uint64_t o = 0; o < sizes[i]; o += 4096)
-			(void)*(volatile unsigned char *)(b.p + o);
+		for (__u64 o = 0; o < sizes[i]; o += 4096)
+			fgds_load(b.p + o);
 		t2 = now();
-		m1 = vmstat("nr_memmap_pages");
+		m1 = vmstat_value("nr_memmap_pages");
 		printf("  %-10lu %12.0f %12.0f %14ld\n", (unsigned long)sizes[i], (t1 - t0) * 1e6,
 		       (t2 - t1) * 1e6, (m1 - m0) * 4);
 		if (sizes[i] == 256 * MiB)
-			printf("struct-page memory: %ld KiB per GiB registered; remapping a whole "
-			       "BAR would cost the same per GiB of BAR, registered or not "
-			       "(2 GiB for a 128 GiB BAR1)\n", (m1 - m0) * 4 * 4);
+			printf("struct-page memory: %ld KiB per GiB registered;\n"
+			       "remapping a whole BAR would cost the same per GiB of BAR,\n"
+			       "registered or not (2 GiB for a 128 GiB BAR1)\n", (m1 - m0) * 4 * 4);
 		fgds_buf_put(fd, &b);
 	}
 

@@ -27,7 +27,6 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +54,8 @@
 #define ROUNDS 20
 #define FENCE_MS 300
 
-static int tpd_export(int tpd, uint64_t off, uint64_t size, uint32_t flags, uint32_t fence_ms,
-		      uint32_t fill)
+static int tpd_export(int tpd, __u64 off, __u64 size, __u32 flags, __u32 fence_ms,
+		      __u32 fill)
 {
 	struct test_p2p_dmabuf_export e = {
 		.offset = off, .size = size, .flags = flags, .fence_ms = fence_ms,
@@ -75,12 +74,12 @@ static int tpd_state(int tpd, int dmabuf, struct test_p2p_dmabuf_state *st)
 
 static int tpd_fd_ioctl(int tpd, unsigned long cmd, int dmabuf)
 {
-	int32_t fd = dmabuf;
+	__s32 fd = dmabuf;
 
 	return ioctl(tpd, cmd, &fd) ? -errno : 0;
 }
 
-static int host2(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len, uint64_t pos)
+static int host2(const char *op, __u64 seed, __u64 bar_off, __u64 len, __u64 pos)
 {
 	char ans[200];
 	int ret = fgds_host_req_at(FGDS_HOST2_DIR, op, seed, bar_off, len, pos, ans, sizeof(ans));
@@ -203,8 +202,8 @@ FIXTURE(ex) {
 
 FIXTURE_VARIANT(ex) {
 	const char *driver;	/* the real exporter this reproduces */
-	uint32_t flags;
-	uint64_t bar_off;
+	__u32 flags;
+	__u64 bar_off;
 	int reg_errno;		/* what REG_BUFFER answers: 0 or an errno */
 };
 
@@ -295,7 +294,7 @@ FIXTURE_TEARDOWN(ex)
 }
 
 /* Exports, registers and maps BUF_LEN at the variant's offset. */
-static int ex_buf(struct ex_env *e, uint32_t flags, uint64_t bar_off, struct fgds_buf *b)
+static int ex_buf(struct ex_env *e, __u32 flags, __u64 bar_off, struct fgds_buf *b)
 {
 	int ret;
 
@@ -320,7 +319,7 @@ TEST_F(ex, registration_outcome)
 {
 	struct test_p2p_dmabuf_state st;
 	char first[256];
-	uint64_t cookie = 0;
+	__u64 cookie = 0;
 	int dmabuf, ret;
 
 	dmabuf = tpd_export(self->e.tpd, variant->bar_off, BUF_LEN, variant->flags, 0, 0);
@@ -349,7 +348,7 @@ TEST_F(ex, registration_outcome)
 TEST_F_TIMEOUT(ex, data_every_byte, 600)
 {
 	const char *dirs[2];
-	uint64_t seed = 0x7e50000 + variant->bar_off / SZ_1M;
+	__u64 seed = 0x7e50000 + variant->bar_off / SZ_1M;
 	struct io_uring ring;
 	struct fgds_buf b;
 	unsigned char *tmp;
@@ -372,7 +371,7 @@ TEST_F_TIMEOUT(ex, data_every_byte, 600)
 	EXPECT_EQ(0, host2("check", seed, variant->bar_off, BUF_LEN, 0));
 
 	for (d = 0; d < 2; d++) {
-		uint64_t s = seed + 1 + d;
+		__u64 s = seed + 1 + d;
 		struct iovec iov[3] = {
 			{ b.p + 3 * SZ_1M, SZ_1M },
 			{ b.p, SZ_64K },
@@ -483,7 +482,7 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 		if (kind == MOVE && !(variant->flags & TEST_P2P_DMABUF_DYNAMIC))
 			continue;	/* a static exporter never moves */
 		for (round = 0; round < ROUNDS; round++) {
-			uint64_t fresh = 0xe0e0000 + kind * ROUNDS + round;
+			__u64 fresh = 0xe0e0000 + kind * ROUNDS + round;
 			struct test_p2p_dmabuf_state st;
 			struct fgds_buffer_info info;
 			int pending, whole, efault;
@@ -525,14 +524,14 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 				TH_LOG("%s round %d: memory written after the teardown",
 				       teardown_name[kind], round);
 			if (kind == MOVE) {
-				uint64_t c = 0;
+				__u64 c = 0;
 
 				/* A moved buffer is there again: it can be registered anew. */
 				EXPECT_EQ(0, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
 				EXPECT_EQ(0, fgds_unreg(self->e.node, c));
 			}
 			if (kind == REVOKE) {
-				uint64_t c = 0;
+				__u64 c = 0;
 
 				EXPECT_EQ(-ENODEV,
 					  fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
@@ -568,9 +567,9 @@ FIXTURE_TEARDOWN(late)
  */
 TEST_F(late, fence_after_map_is_waited_for)
 {
-	uint32_t flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
-	uint64_t off = 24 * SZ_1M, cookie = 0;
+	__u64 off = 24 * SZ_1M, cookie = 0;
 	struct test_p2p_dmabuf_state st;
 	struct ex_env e;
 	const char *why;
@@ -636,7 +635,7 @@ static void *unbind_exporter(void *arg)
  */
 TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
 {
-	uint32_t flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
 	struct fgds_buffer_info info;
 	struct unbind_arg u = { 0 };

@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -58,10 +57,10 @@ static const char *const op_name[NR_OPS] = {
 	"ioctl", "mmap", "munmap", "mremap", "mprotect", "touch", "io", "fork", "revoke",
 };
 
-#define E(x) ((unsigned __int128)1 << (x))
+#define E(x) ((__uint128_t)1 << (x))
 #define NR_ERRNOS 128
 /* What each call may return (0: success), per the documentation. */
-static const unsigned __int128 allowed[NR_OPS] = {
+static const __uint128_t allowed[NR_OPS] = {
 	[OP_OPEN] = E(0),
 	[OP_CLOSE] = E(0),
 	[OP_EXPORT] = E(0) | E(ENODEV) | E(EINVAL),
@@ -85,8 +84,8 @@ static const unsigned __int128 allowed[NR_OPS] = {
 
 struct reg {
 	int node;	/* index in nodes[], -1: free */
-	uint64_t cookie;
-	uint64_t size;
+	__u64 cookie;
+	__u64 size;
 };
 
 struct map {
@@ -97,18 +96,18 @@ struct map {
 static struct {
 	int nodes[NR_NODES];
 	int bufs[NR_BUFS];
-	uint64_t buf_len[NR_BUFS];
+	__u64 buf_len[NR_BUFS];
 	struct reg regs[NR_REGS];
 	struct map maps[NR_MAPS];
 	struct fgds_vfio v[2];
 	char node_path[2][64];
 	int udmabuf, memfd, raw;
-	uint64_t seed;
-	uint64_t seen[NR_OPS][NR_ERRNOS];
-	uint64_t sigbus;
+	__u64 seed;
+	__u64 seen[NR_OPS][NR_ERRNOS];
+	__u64 sigbus;
 } S;
 
-static uint64_t rnd(uint64_t n)
+static __u64 rnd(__u64 n)
 {
 	return n ? fgds_rand(&S.seed) % n : 0;
 }
@@ -121,7 +120,7 @@ static int pick(const int *fds, int n)
 }
 
 /* Page-aligned sizes mostly; sometimes something odd. */
-static uint64_t fuzz_size(uint64_t typical)
+static __u64 fuzz_size(__u64 typical)
 {
 	switch (rnd(8)) {
 	case 0:
@@ -137,7 +136,7 @@ static uint64_t fuzz_size(uint64_t typical)
 	}
 }
 
-static uint64_t fuzz_off(uint64_t typical_max)
+static __u64 fuzz_off(__u64 typical_max)
 {
 	switch (rnd(6)) {
 	case 0:
@@ -227,7 +226,7 @@ static int step(int *err)
 		break;
 	case OP_EXPORT: {
 		int g = rnd(6) == 0;
-		uint64_t len = SZ_4K << rnd(10), off;
+		__u64 len = SZ_4K << rnd(10), off;
 
 		i = rnd(NR_BUFS);
 		if (S.bufs[i] >= 0)
@@ -277,7 +276,9 @@ static int step(int *err)
 
 				ioctl(S.nodes[n], FGDS_IOCTL_UNREG_BUFFER, &u);
 			} else {
-				S.regs[i] = (struct reg){ .node = n, .cookie = r.cookie, .size = r.size };
+				S.regs[i] = (struct reg){
+					.node = n, .cookie = r.cookie, .size = r.size,
+				};
 			}
 		}
 		break;
@@ -296,7 +297,7 @@ static int step(int *err)
 	case OP_QUERY: {
 		struct reg none = { .node = -1 }, *r = live_reg() ?: &none;
 		int n = r->node >= 0 && rnd(4) ? r->node : (int)rnd(NR_NODES);
-		uint64_t cookie = r->node >= 0 && rnd(4) ? r->cookie : fgds_rand(&S.seed) & ~0xfffULL;
+		__u64 cookie = r->node >= 0 && rnd(4) ? r->cookie : fgds_rand(&S.seed) & ~0xfffULL;
 
 		/* UNREG ends what the other calls need: keep it rarer */
 		if (op == OP_UNREG && r->node >= 0 && rnd(3))
@@ -339,7 +340,7 @@ static int step(int *err)
 	case OP_MMAP: {
 		struct reg none = { .node = -1 }, *r = live_reg() ?: &none;
 		int n = r->node >= 0 && rnd(4) ? r->node : (int)rnd(NR_NODES);
-		uint64_t off = r->node >= 0 && rnd(4) ? r->cookie : SZ_4K * rnd(1 << 16);
+		__u64 off = r->node >= 0 && rnd(4) ? r->cookie : SZ_4K * rnd(1 << 16);
 		size_t len = r->node >= 0 && rnd(4) ? r->size : SZ_4K * (1 + rnd(64));
 		int prot = PROT_READ | (rnd(4) ? PROT_WRITE : 0) | (rnd(8) ? 0 : PROT_EXEC);
 		int flags = rnd(6) ? MAP_SHARED : MAP_PRIVATE;
@@ -438,7 +439,7 @@ static int step(int *err)
 		pid = fork();
 		if (!pid) {
 			signal(SIGSEGV, SIG_DFL);
-			(void)*(volatile unsigned char *)m->p;
+			fgds_load(m->p);
 			_exit(0);	/* the mapping was inherited: wrong */
 		}
 		if (pid < 0 || waitpid(pid, &status, 0) != pid)
@@ -488,9 +489,9 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 	const char *seed_env = getenv("FGDS_FUZZ_SEED"), *secs_env = getenv("FGDS_FUZZ_SECONDS"),
 		   *iters_env = getenv("FGDS_FUZZ_ITERS"), *raw = getenv("FGDS_RAW"), *why;
 	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
-	uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
+	__u64 seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
 	double secs = secs_env ? atof(secs_env) : 300, t0;
-	uint64_t iters = iters_env ? strtoull(iters_env, NULL, 0) : FUZZ_MIN_ITERS, it, bad = 0;
+	__u64 iters = iters_env ? strtoull(iters_env, NULL, 0) : FUZZ_MIN_ITERS, it, bad = 0;
 	long long left_bufs = 0, left_pages = 0;
 	int mark, reports, i, op, err, fd;
 	struct udmabuf_create uc = { 0 };
@@ -570,10 +571,10 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 	}
 	reports = fgds_kernel_reports_since(mark);
 
-	ksft_print_msg("fuzz: seed %llu, %llu iterations in %.0f s (reproduce: FGDS_FUZZ_SEED=%llu "
-		       "FGDS_FUZZ_ITERS=%llu)\n", (unsigned long long)seed,
-		       (unsigned long long)it, fgds_now() - t0, (unsigned long long)seed,
-		       (unsigned long long)it);
+	ksft_print_msg("fuzz: seed %llu, %llu iterations in %.0f s\n", (unsigned long long)seed,
+		       (unsigned long long)it, fgds_now() - t0);
+	ksft_print_msg("fuzz: reproduce with FGDS_FUZZ_SEED=%llu FGDS_FUZZ_ITERS=%llu\n",
+		       (unsigned long long)seed, (unsigned long long)it);
 	for (op = 0; op < NR_OPS; op++) {
 		int len = snprintf(line, sizeof(line), "fuzz: %-12s", op_name[op]);
 
@@ -584,10 +585,10 @@ TEST_F_TIMEOUT(run, fuzz, 900)
 						(unsigned long long)S.seen[op][i]);
 		ksft_print_msg("%s\n", line);
 	}
-	ksft_print_msg("fuzz: undocumented results %llu, SIGBUS on torn-down mappings %llu, "
-		       "registrations left %lld, struct pages left %lld, kernel reports %d\n",
-		       (unsigned long long)bad, (unsigned long long)S.sigbus, left_bufs, left_pages,
-		       reports);
+	ksft_print_msg("fuzz: undocumented results %llu, SIGBUS on torn-down mappings %llu\n",
+		       (unsigned long long)bad, (unsigned long long)S.sigbus);
+	ksft_print_msg("fuzz: registrations left %lld, struct pages left %lld, kernel reports %d\n",
+		       left_bufs, left_pages, reports);
 	EXPECT_EQ(0, bad);
 	EXPECT_EQ(0, left_bufs);
 	EXPECT_EQ(0, left_pages);

@@ -8,11 +8,11 @@
 #define FGDS_HOST_H
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/types.h>
 
 #define FGDS_HOST_DIR "/fgds/out"
 /* The second stand-in's BAR (FGDS_GPU2_BDF) */
@@ -22,8 +22,8 @@
  * Asks the checker serving @dir. Returns 0 when the host answered "ok";
  * otherwise -1 with the host's answer (or the local error) in @ans.
  */
-static inline int fgds_host_req_at(const char *dir, const char *op, uint64_t seed,
-				   uint64_t bar_off, uint64_t len, uint64_t pos, char *ans,
+static inline int fgds_host_req_at(const char *dir, const char *op, __u64 seed,
+				   __u64 bar_off, __u64 len, __u64 pos, char *ans,
 				   size_t ans_len)
 {
 	static unsigned int seq;
@@ -36,8 +36,9 @@ static inline int fgds_host_req_at(const char *dir, const char *op, uint64_t see
 	snprintf(req, sizeof(req), "%s/req/%s", dir, name);
 	snprintf(resp, sizeof(resp), "%s/resp/%s", dir, name);
 	f = fopen(tmp, "w");
-	if (!f || fprintf(f, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", op, seed,
-			  bar_off, len, pos) < 0 || fclose(f) || rename(tmp, req)) {
+	if (!f || fprintf(f, "%s %llu %llu %llu %llu\n", op, (unsigned long long)seed,
+			  (unsigned long long)bar_off, (unsigned long long)len,
+			  (unsigned long long)pos) < 0 || fclose(f) || rename(tmp, req)) {
 		snprintf(ans, ans_len, "cannot write request %s: %s", req, strerror(errno));
 		return -1;
 	}
@@ -62,8 +63,8 @@ static inline int fgds_host_req_at(const char *dir, const char *op, uint64_t see
 }
 
 /* The first stand-in's BAR (FGDS_GPU_BDF). */
-static inline int fgds_host_req(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len,
-				uint64_t pos, char *ans, size_t ans_len)
+static inline int fgds_host_req(const char *op, __u64 seed, __u64 bar_off, __u64 len,
+				__u64 pos, char *ans, size_t ans_len)
 {
 	return fgds_host_req_at(FGDS_HOST_DIR, op, seed, bar_off, len, pos, ans, ans_len);
 }

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -23,7 +22,7 @@
 #include "fgds_util.h"
 
 /* Compare @len bytes at @off of @fd, read through host memory, with stream @seed. */
-static long long get_pattern_cmp(int fd, off_t off, size_t len, uint64_t seed)
+static long long get_pattern_cmp(int fd, off_t off, size_t len, __u64 seed)
 {
 	unsigned char *buf = fgds_aligned_buf(len);
 	long long bad;
@@ -86,8 +85,8 @@ FIXTURE_TEARDOWN(io)
 	close(self->fd);
 }
 
-static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
-		       uint64_t len, uint64_t pos)
+static void host_check(struct __test_metadata *_metadata, __u64 seed, __u64 bar_off,
+		       __u64 len, __u64 pos)
 {
 	char ans[256];
 
@@ -96,8 +95,8 @@ static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_
 		       (unsigned long)len, ans);
 }
 
-static void host_fill(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
-		      uint64_t len, uint64_t pos)
+static void host_fill(struct __test_metadata *_metadata, __u64 seed, __u64 bar_off,
+		      __u64 len, __u64 pos)
 {
 	char ans[256];
 
@@ -110,11 +109,11 @@ TEST_F_TIMEOUT(io, pread_into_vram_sizes, 900)
 {
 	static const size_t sizes[] = { SZ_4K, SZ_64K + SZ_4K, SZ_1M, 3 * SZ_1M + 5 * SZ_4K,
 					16 * SZ_1M, 64 * SZ_1M, 256 * SZ_1M };
-	const uint64_t bar_off = 128 * SZ_1M;
+	const __u64 bar_off = 128 * SZ_1M;
 
-	for (unsigned int i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+	for (unsigned int i = 0; i < ARRAY_SIZE(sizes); i++) {
 		size_t len = sizes[i];
-		uint64_t seed = 0x100 + i;
+		__u64 seed = 0x100 + i;
 		struct fgds_buf b;
 
 		if (len > 64 * SZ_1M && variant->is_dir)
@@ -132,11 +131,11 @@ TEST_F_TIMEOUT(io, pread_into_vram_sizes, 900)
 TEST_F_TIMEOUT(io, pwrite_from_vram_sizes, 900)
 {
 	static const size_t sizes[] = { SZ_4K, 5 * SZ_64K, 8 * SZ_1M + SZ_4K, 64 * SZ_1M };
-	const uint64_t bar_off = 200 * SZ_1M;
+	const __u64 bar_off = 200 * SZ_1M;
 
-	for (unsigned int i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+	for (unsigned int i = 0; i < ARRAY_SIZE(sizes); i++) {
 		size_t len = sizes[i];
-		uint64_t seed = 0x200 + i;
+		__u64 seed = 0x200 + i;
 		struct fgds_buf b;
 
 		ASSERT_EQ(0, fgds_buf_get(self->fd, &self->v, bar_off, len, &b));
@@ -155,7 +154,7 @@ TEST_F_TIMEOUT(io, pwrite_from_vram_sizes, 900)
  */
 TEST_F_TIMEOUT(io, buffer_edges, 900)
 {
-	const uint64_t bar_off = 300 * SZ_1M, len = SZ_1M;
+	const __u64 bar_off = 300 * SZ_1M, len = SZ_1M;
 	unsigned char *area, *p;
 	struct fgds_buf b;
 	ssize_t n;
@@ -192,7 +191,7 @@ TEST_F_TIMEOUT(io, buffer_edges, 900)
 /* preadv/pwritev over three registrations at odd offsets, plus host memory. */
 TEST_F_TIMEOUT(io, vectored_across_buffers, 900)
 {
-	const uint64_t offs[3] = { 400 * SZ_1M, 410 * SZ_1M, 420 * SZ_1M };
+	const __u64 offs[3] = { 400 * SZ_1M, 410 * SZ_1M, 420 * SZ_1M };
 	const size_t lens[3] = { 3 * SZ_4K, SZ_1M + SZ_4K, 5 * SZ_4K };
 	const size_t skip[3] = { SZ_4K, 0, 17 * SZ_4K };
 	struct fgds_buf b[3];
@@ -213,7 +212,8 @@ TEST_F_TIMEOUT(io, vectored_across_buffers, 900)
 	total += 2 * SZ_4K;
 
 	ASSERT_EQ(0, fgds_put_pattern(self->file, 0, total, 0x400));
-	EXPECT_EQ((ssize_t)total, preadv(self->file, iov, 4, 0)) TH_LOG("preadv: %s", strerror(errno));
+	EXPECT_EQ((ssize_t)total, preadv(self->file, iov, 4, 0))
+		TH_LOG("preadv: %s", strerror(errno));
 	for (int i = 0, p = 0; i < 3; p += lens[i], i++)
 		host_check(_metadata, 0x400, offs[i] + skip[i], lens[i], p);
 	pos = lens[0] + lens[1] + lens[2];
@@ -236,7 +236,7 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 {
 	const unsigned int qd = 32;
 	const size_t chunk = 256 * 1024;
-	const uint64_t bar_off = 256 * SZ_1M;
+	const __u64 bar_off = 256 * SZ_1M;
 	struct io_uring ring;
 	struct io_uring_cqe *cqe;
 	struct fgds_buf b;
@@ -253,7 +253,8 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 
 			ASSERT_NE(NULL, sqe);
 			if (!op) {
-				io_uring_prep_read(sqe, self->file, b.p + i * chunk, chunk, i * chunk);
+				io_uring_prep_read(sqe, self->file, b.p + i * chunk, chunk,
+						   i * chunk);
 			} else {
 				iov[i][0].iov_base = b.p + i * chunk;
 				iov[i][0].iov_len = chunk / 2;
@@ -266,12 +267,14 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 		ASSERT_EQ((int)qd, io_uring_submit(&ring));
 		for (unsigned int i = 0; i < qd; i++) {
 			ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
-			EXPECT_EQ((int)chunk, cqe->res) TH_LOG("op %d req %llu: %s", op,
-							      cqe->user_data, strerror(-cqe->res));
+			EXPECT_EQ((int)chunk, cqe->res)
+				TH_LOG("op %d req %llu: %s", op, cqe->user_data,
+				       strerror(-cqe->res));
 			io_uring_cqe_seen(&ring, cqe);
 		}
 		host_check(_metadata, 0x500, bar_off, qd * chunk, 0);
-		host_fill(_metadata, 0x9999, bar_off, qd * chunk, 0);	/* clobber for the next op */
+		/* clobber for the next op */
+		host_fill(_metadata, 0x9999, bar_off, qd * chunk, 0);
 	}
 
 	/* WRITE then WRITEV from VRAM the host filled */
@@ -288,13 +291,15 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 				iov[i][0].iov_len = chunk / 2;
 				iov[i][1].iov_base = b.p + i * chunk + chunk / 2;
 				iov[i][1].iov_len = chunk / 2;
-				io_uring_prep_writev(sqe, self->file, iov[i], 2, 4 * SZ_1M + i * chunk);
+				io_uring_prep_writev(sqe, self->file, iov[i], 2,
+						     4 * SZ_1M + i * chunk);
 			}
 		}
 		ASSERT_EQ((int)qd, io_uring_submit(&ring));
 		for (unsigned int i = 0; i < qd; i++) {
 			ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
-			EXPECT_EQ((int)chunk, cqe->res) TH_LOG("write op %d: %s", op, strerror(-cqe->res));
+			EXPECT_EQ((int)chunk, cqe->res)
+				TH_LOG("write op %d: %s", op, strerror(-cqe->res));
 			io_uring_cqe_seen(&ring, cqe);
 		}
 		EXPECT_EQ(-1, get_pattern_cmp(self->file, 4 * SZ_1M, qd * chunk, 0x600 + op));
@@ -307,7 +312,7 @@ TEST_F_TIMEOUT(io, io_uring_qd32, 900)
 TEST(no_p2p_device_is_refused)
 {
 	const char *loop = getenv("FGDS_LOOP");
-	const uint64_t bar_off = 480 * SZ_1M;
+	const __u64 bar_off = 480 * SZ_1M;
 	struct fgds_vfio v;
 	struct fgds_buf b;
 	const char *why;
@@ -344,7 +349,7 @@ TEST(no_p2p_device_is_refused)
 TEST(nvme_without_a_p2p_path_is_refused)
 {
 	const char *far = getenv("FGDS_FAR");
-	const uint64_t bar_off = 484 * SZ_1M;
+	const __u64 bar_off = 484 * SZ_1M;
 	struct io_uring_cqe *cqe;
 	struct io_uring ring;
 	struct fgds_vfio v;
@@ -395,7 +400,7 @@ TEST(nvme_without_a_p2p_path_is_refused)
 TEST(buffered_and_tmpfs_io_copy_through_the_mapping)
 {
 	const char *dir = getenv("FGDS_EXT4");
-	const uint64_t bar_off = 490 * SZ_1M, len = SZ_1M;
+	const __u64 bar_off = 490 * SZ_1M, len = SZ_1M;
 	const char *paths[2] = { NULL, "/tmp/fgds-tmpfs-io" };
 	const int flags[2] = { 0, O_DIRECT };
 	char buffered[256];

@@ -21,13 +21,14 @@
  * after every read has ended, so a late DMA would show.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -104,7 +105,7 @@ static int reap(struct io_uring *ring, int n, int *res, int *ok, int *efault)
 	return 0;
 }
 
-static int host_at(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len, uint64_t pos)
+static int host_at(const char *op, __u64 seed, __u64 bar_off, __u64 len, __u64 pos)
 {
 	char ans[200];
 	int ret = fgds_host_req(op, seed, bar_off, len, pos, ans, sizeof(ans));
@@ -115,13 +116,13 @@ static int host_at(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len
 	return ret;
 }
 
-static int host(const char *op, uint64_t seed, uint64_t bar_off, uint64_t len)
+static int host(const char *op, __u64 seed, __u64 bar_off, __u64 len)
 {
 	return host_at(op, seed, bar_off, len, 0);
 }
 
 /* The same on the second stand-in's BAR (FGDS_GPU2_BDF), or the one the checker in @dir serves. */
-static int host_in(const char *dir, const char *op, uint64_t seed, uint64_t bar_off, uint64_t len)
+static int host_in(const char *dir, const char *op, __u64 seed, __u64 bar_off, __u64 len)
 {
 	char ans[200];
 	int ret = fgds_host_req_at(dir, op, seed, bar_off, len, 0, ans, sizeof(ans));
@@ -178,7 +179,7 @@ static void note_in_flight(struct unbind *u)
 		       __atomic_load_n(&u->l->ended, __ATOMIC_SEQ_CST);
 }
 
-static void *unbind(void *arg)
+static void *unbind_vfio(void *arg)
 {
 	struct unbind *u = arg;
 
@@ -187,13 +188,19 @@ static void *unbind(void *arg)
 	return NULL;
 }
 
+/* VFIO_DEVICE_SET_IRQS of one eventfd: the eventfd is the set's data. */
+struct vfio_request_irq_set {
+	struct vfio_irq_set set;
+	__s32 fd;
+};
+
+static_assert(offsetof(struct vfio_request_irq_set, fd) == offsetof(struct vfio_irq_set, data),
+	      "fd is the set's data");
+
 /* An eventfd that vfio-pci signals when it wants the device back (unbind). */
 static int vfio_request_eventfd(struct fgds_vfio *v)
 {
-	struct {
-		struct vfio_irq_set set;
-		int32_t fd;
-	} __attribute__((packed)) req = {
+	struct vfio_request_irq_set req = {
 		.set = {
 			.argsz = sizeof(req),
 			.flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
@@ -229,7 +236,7 @@ static int vfio_request_eventfd(struct fgds_vfio *v)
  */
 static int take_away_under_io(struct io_loop *l, unsigned char *p, struct fgds_vfio *v,
 			      void *(*take_away)(void *), struct unbind *u, const char *host_dir,
-			      uint64_t bar_off, uint64_t len, uint64_t fresh, const char **why)
+			      __u64 bar_off, __u64 len, __u64 fresh, const char **why)
 {
 	pthread_t io_thr, thr;
 	struct pollfd pfd;
@@ -335,7 +342,7 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
-	ret = take_away_under_io(&l, b.p, &self->v, unbind, &u, FGDS_HOST_DIR, BAR_BASE,
+	ret = take_away_under_io(&l, b.p, &self->v, unbind_vfio, &u, FGDS_HOST_DIR, BAR_BASE,
 				 BUF_LEN, 0x6a4f, &why);
 	ASSERT_EQ(0, ret) TH_LOG("unbind under I/O: %s: %s", why, strerror(-ret));
 	EXPECT_EQ(EFAULT, l.err);
@@ -369,12 +376,12 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
  * @dmabuf, resubmitting each as it completes; *@in_flight (shared with the
  * parent) counts the reads submitted and not yet completed.
  */
-static void __attribute__((noreturn)) child_reader(int dmabuf, int ready, int *in_flight)
+static void __noreturn child_reader(int dmabuf, int ready, int *in_flight)
 {
 	struct io_uring ring;
 	struct io_uring_cqe *cqe;
 	unsigned char *p;
-	uint64_t cookie = 0;
+	__u64 cookie = 0;
 	int node, raw;
 
 	node = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
@@ -414,7 +421,7 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 {
 	int dmabuf, kills, chunks0, *in_flight, min_if = NR_IOS, max_if = 0;
 	long long total_if = 0, memmap0 = fgds_memmap_pages();
-	uint64_t seed = 7;
+	__u64 seed = 7;
 
 	ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
 	chunks0 = fgds_fdinfo_num(self->node, "fgds-gpu-chunks");
@@ -428,7 +435,7 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 
 	for (kills = 0; kills < ROUNDS; kills++) {
 		int pipefd[2], status, n;
-		uint64_t cookie = 0;
+		__u64 cookie = 0;
 		char c;
 		pid_t pid;
 
@@ -449,7 +456,8 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 		ASSERT_EQ(pid, waitpid(pid, &status, 0));
 		ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
 			TH_LOG("the child ended by itself (status %#x) before the kill", status);
-		ASSERT_LE(1, n) TH_LOG("kill %d: no read in flight when the child was killed", kills);
+		ASSERT_LE(1, n)
+			TH_LOG("kill %d: no read in flight when the child was killed", kills);
 		total_if += n;
 		min_if = n < min_if ? n : min_if;
 		max_if = n > max_if ? n : max_if;
@@ -463,8 +471,9 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 		ASSERT_EQ(0, fgds_reg(self->node, dmabuf, 0, BUF_LEN, &cookie));
 		ASSERT_EQ(0, fgds_unreg(self->node, cookie));
 	}
-	ksft_print_msg("SIGKILL with I/O in flight: %d kills, %d to %d of %d reads in flight (%lld in all)\n",
-		       kills, min_if, max_if, NR_IOS, total_if);
+	ksft_print_msg("SIGKILL with I/O in flight: %d kills\n", kills);
+	ksft_print_msg("SIGKILL: %d to %d of %d reads in flight (%lld in all)\n", min_if, max_if,
+		       NR_IOS, total_if);
 	/* The memory hotplug code's own count: every kill's struct pages went. */
 	EXPECT_EQ(memmap0, fgds_memmap_pages())
 		TH_LOG("SIGKILL: %lld pages of struct pages, %lld before",
@@ -512,7 +521,7 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 		ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
 		for (round = 0; round < ROUNDS; round++) {
 			int node = open(FGDS_NODE, O_RDWR | O_CLOEXEC), ok, efault, pending, i;
-			uint64_t fresh = 0xabc0000 + action * ROUNDS + round;
+			__u64 fresh = 0xabc0000 + action * ROUNDS + round;
 			int res[NR_IOS] = { 0 };
 			struct io_uring ring;
 			struct fgds_buf b;
@@ -531,7 +540,8 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 				fgds_buf_put(node, &b);
 				close(node);
 				ASSERT_GT(ROUNDS, ++again)
-					TH_LOG("%s: too many rounds with nothing in flight", action_name[action]);
+					TH_LOG("%s: too many rounds with nothing in flight",
+					       action_name[action]);
 				round--;
 				continue;
 			}
@@ -560,7 +570,8 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 				TH_LOG("%s round %d: no read in flight when the teardown began",
 				       action_name[action], round);
 			ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault))
-				TH_LOG("%s: a read ended other than whole or EFAULT", action_name[action]);
+				TH_LOG("%s: a read ended other than whole or EFAULT",
+				       action_name[action]);
 			io_uring_queue_exit(&ring);
 			total_p += pending;
 			min_p = pending < min_p ? pending : min_p;
@@ -595,15 +606,17 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 				close(b.dmabuf);
 			}
 		}
-		ksft_print_msg("%s with I/O in flight: %d rounds, %d to %d of %d reads in flight (%lld in all): %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
-			       action_name[action], round, min_p, max_p, NR_IOS, total_p, whole,
-			       faulted, again);
+		ksft_print_msg("%s with I/O in flight: %d rounds\n", action_name[action], round);
+		ksft_print_msg("%s: %d to %d of %d reads in flight (%lld in all)\n",
+			       action_name[action], min_p, max_p, NR_IOS, total_p);
+		ksft_print_msg("%s: %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
+			       action_name[action], whole, faulted, again);
 		/* The memory hotplug code's own count: the struct pages came and went. */
 		EXPECT_LT(memmap0, memmap_reg) TH_LOG("registering added no struct page memory");
 		EXPECT_EQ(memmap0, fgds_memmap_pages())
 			TH_LOG("%s: %lld pages of struct pages, %lld before", action_name[action],
 			       fgds_memmap_pages(), memmap0);
-		ksft_print_msg("%s: struct page memory (nr_memmap_pages) %lld pages before, %lld registered, %lld after\n",
+		ksft_print_msg("%s: nr_memmap_pages %lld before, %lld registered, %lld after\n",
 			       action_name[action], memmap0, memmap_reg, fgds_memmap_pages());
 	}
 }
@@ -624,7 +637,7 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
 	for (round = 0; round < ROUNDS; round++) {
-		uint64_t fresh = 0xfeed0000 + round;
+		__u64 fresh = 0xfeed0000 + round;
 		struct fgds_buffer_info info;
 		int res[NR_IOS] = { 0 };
 		int ok, efault, pending, ret;
@@ -650,8 +663,8 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 		ASSERT_EQ(0, ret) TH_LOG("memory decode on: %s", strerror(-ret));
 		/* Revoked: the memory is the exporter's again. */
 		ASSERT_EQ(0, host("fill", fresh, BAR_BASE, BUF_LEN));
-		ASSERT_LE(1, pending) TH_LOG("round %d: no read in flight when the revocation began",
-					     round);
+		ASSERT_LE(1, pending)
+			TH_LOG("round %d: no read in flight when the revocation began", round);
 		ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault))
 			TH_LOG("round %d: a read ended other than whole or EFAULT", round);
 		io_uring_queue_exit(&ring);
@@ -668,8 +681,11 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 		EXPECT_TRUE(fgds_load_faults(b.p + SZ_64K));
 		fgds_buf_put(self->node, &b);
 	}
-	ksft_print_msg("revocation with I/O in flight: %d rounds, %d to %d of %d reads in flight (%lld in all): %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
-		       round, min_p, max_p, NR_IOS, total_p, whole, faulted, again);
+	ksft_print_msg("revocation with I/O in flight: %d rounds\n", round);
+	ksft_print_msg("revocation: %d to %d of %d reads in flight (%lld in all)\n", min_p, max_p,
+		       NR_IOS, total_p);
+	ksft_print_msg("revocation: %d whole, %d EFAULT; %d rounds run again (nothing in flight)\n",
+		       whole, faulted, again);
 	EXPECT_EQ(memmap0, fgds_memmap_pages())
 		TH_LOG("revocation: %lld pages of struct pages, %lld before",
 		       fgds_memmap_pages(), memmap0);
@@ -681,7 +697,7 @@ struct worker {
 	int id;
 	int node;
 	struct fgds_vfio *v;
-	uint64_t bar_off;
+	__u64 bar_off;
 	int cycles;
 	char file[256];
 	size_t corrupt;
@@ -703,7 +719,7 @@ static void *worker(void *arg)
 		return NULL;
 	}
 	for (c = 0; c < w->cycles; c++) {
-		uint64_t seed = ((uint64_t)w->id << 32) | c;
+		__u64 seed = ((__u64)w->id << 32) | c;
 		struct fgds_buf b;
 		int ret;
 
@@ -770,7 +786,8 @@ TEST_F_TIMEOUT(lt, threads_across_files_and_nodes, 600)
 	}
 	for (i = 0; i < 6; i++) {
 		pthread_join(thr[i], NULL);
-		EXPECT_EQ(0, w[i].err) TH_LOG("thread %d: %s: %s", i, w[i].what, strerror(w[i].err));
+		EXPECT_EQ(0, w[i].err)
+			TH_LOG("thread %d: %s: %s", i, w[i].what, strerror(w[i].err));
 		EXPECT_EQ(0, w[i].corrupt) TH_LOG("thread %d: %zu bytes differ", i, w[i].corrupt);
 		unlink(w[i].file);
 	}
@@ -823,7 +840,7 @@ TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
 	char node2[64], path[128];
 	struct fgds_vfio v2;
 	struct fgds_buf b;
-	uint64_t cookie;
+	__u64 cookie;
 	int n2, ret;
 
 	ASSERT_NE(NULL, bdf2) TH_LOG("FGDS_GPU2_BDF not set");

@@ -9,12 +9,12 @@
 #define FGDS_PATTERN_H
 
 #include <stddef.h>
-#include <stdint.h>
 #include <string.h>
+#include <linux/types.h>
 
-static inline uint64_t fgds_pattern_word(uint64_t seed, uint64_t idx)
+static inline __u64 fgds_pattern_word(__u64 seed, __u64 idx)
 {
-	uint64_t z = seed * 0xd1b54a32d192ed03ULL + (idx + 1) * 0x9e3779b97f4a7c15ULL;
+	__u64 z = seed * 0xd1b54a32d192ed03ULL + (idx + 1) * 0x9e3779b97f4a7c15ULL;
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -22,7 +22,7 @@ static inline uint64_t fgds_pattern_word(uint64_t seed, uint64_t idx)
 }
 
 /* Fill @len bytes of @buf with the stream @seed starting at stream offset @pos. */
-static inline void fgds_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t pos)
+static inline void fgds_pattern_fill(void *buf, size_t len, __u64 seed, __u64 pos)
 {
 	unsigned char *p = buf;
 
@@ -32,7 +32,7 @@ static inline void fgds_pattern_fill(void *buf, size_t len, uint64_t seed, uint6
 		len--;
 	}
 	for (; len >= 8; len -= 8, pos += 8, p += 8) {
-		uint64_t w = fgds_pattern_word(seed, pos >> 3);
+		__u64 w = fgds_pattern_word(seed, pos >> 3);
 
 		memcpy(p, &w, 8);
 	}
@@ -47,8 +47,8 @@ static inline void fgds_pattern_fill(void *buf, size_t len, uint64_t seed, uint6
  * Compare @len bytes of @buf with the stream. Returns -1 when equal, else the
  * offset in @buf of the first differing byte.
  */
-static inline long long fgds_pattern_cmp(const void *buf, size_t len, uint64_t seed,
-					 uint64_t pos)
+static inline long long fgds_pattern_cmp(const void *buf, size_t len, __u64 seed,
+					 __u64 pos)
 {
 	unsigned char chunk[4096];
 	const unsigned char *p = buf;

@@ -22,7 +22,6 @@
 #include <liburing.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -50,13 +49,24 @@ struct gpu {
 static struct gpu gpus[2];
 /* Writers (the revoker) turn memory decoding off; readers touch the BAR through vfio. */
 static pthread_rwlock_t decode_lock = PTHREAD_RWLOCK_INITIALIZER;
-static volatile int stop;
+/* Why the run stops: 1 time is up or a worker failed, 2 the revoker, 3 the killer failed. */
+static int stop;
+
+static int stopped(void)
+{
+	return __atomic_load_n(&stop, __ATOMIC_RELAXED);
+}
+
+static void set_stop(int why)
+{
+	__atomic_store_n(&stop, why, __ATOMIC_RELAXED);
+}
 
 static struct {
-	uint64_t cycles, revocations, kills, refused, corrupt, late_writes, kill_failures;
+	__u64 cycles, revocations, kills, refused, corrupt, late_writes, kill_failures;
 } fig;
 
-static void count(uint64_t *c, uint64_t n)
+static void count(__u64 *c, __u64 n)
 {
 	__atomic_add_fetch(c, n, __ATOMIC_RELAXED);
 }
@@ -64,8 +74,8 @@ static void count(uint64_t *c, uint64_t n)
 struct worker {
 	int id;
 	struct gpu *g;
-	uint64_t bar_off;
-	uint64_t seed;
+	__u64 bar_off;
+	__u64 seed;
 	char file[256];
 	int err;
 	char what[128];
@@ -75,14 +85,14 @@ static void fail(struct worker *w, const char *what, int err)
 {
 	w->err = err;
 	snprintf(w->what, sizeof(w->what), "%s", what);
-	stop = 1;
+	set_stop(1);
 }
 
 /*
  * An I/O that failed (EFAULT) or was cut short is expected only when a
  * revocation ended the registration meanwhile.
  */
-static int revoked(int node, uint64_t cookie)
+static int revoked(int node, __u64 cookie)
 {
 	struct fgds_buffer_info info;
 
@@ -93,7 +103,7 @@ static int revoked(int node, uint64_t cookie)
  * The outcome of an O_DIRECT call that returned @n of @len bytes: 1 when
  * whole, 0 when a revocation cut it (counted), -1 on a real failure (recorded).
  */
-static int worker_io(struct worker *w, int node, uint64_t cookie, ssize_t n, size_t len,
+static int worker_io(struct worker *w, int node, __u64 cookie, ssize_t n, size_t len,
 		     const char *what)
 {
 	int err = errno;
@@ -113,16 +123,16 @@ static void *worker(void *arg)
 	struct worker *w = arg;
 	int node = open(w->g->node, O_RDWR | O_CLOEXEC);
 	int fd = open(w->file, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-	uint64_t c;
+	__u64 c;
 
 	if (node < 0 || fd < 0) {
 		fail(w, "open the node or the file", errno);
 		return NULL;
 	}
-	for (c = 0; !stop; c++) {
+	for (c = 0; !stopped(); c++) {
 		size_t len = SZ_64K << (fgds_rand(&w->seed) % 5);	/* 64K .. 1M */
-		uint64_t off = w->bar_off + (fgds_rand(&w->seed) % (SLOT / SZ_64K)) * SZ_64K;
-		uint64_t seed = ((uint64_t)w->id << 40) | c, cookie = 0;
+		__u64 off = w->bar_off + (fgds_rand(&w->seed) % (SLOT / SZ_64K)) * SZ_64K;
+		__u64 seed = ((__u64)w->id << 40) | c, cookie = 0;
 		unsigned char *bar = w->g->bar + off, *p = NULL;
 		int dmabuf, ret, ok = 1;
 
@@ -211,9 +221,9 @@ static void *worker(void *arg)
 
 static void *revoker(void *arg)
 {
-	uint64_t seed = *(uint64_t *)arg;
+	__u64 seed = *(__u64 *)arg;
 
-	while (!stop) {
+	while (!stopped()) {
 		int g = fgds_rand(&seed) % 2;
 
 		usleep(100000 + fgds_rand(&seed) % 300000);
@@ -221,7 +231,7 @@ static void *revoker(void *arg)
 		if (!fgds_vfio_set_memory(&gpus[g].v, 0)) {
 			usleep(fgds_rand(&seed) % 20000);
 			if (fgds_vfio_set_memory(&gpus[g].v, 1))
-				stop = 2;
+				set_stop(2);
 			count(&fig.revocations, 1);
 		}
 		pthread_rwlock_unlock(&decode_lock);
@@ -230,13 +240,13 @@ static void *revoker(void *arg)
 }
 
 /* Child of the killer: reads in flight into its own registration until killed. */
-static void __attribute__((noreturn)) reader(int dmabuf, int ready)
+static void __noreturn reader(int dmabuf, int ready)
 {
 	const char *raw_path = getenv("FGDS_RAW");
 	struct io_uring ring;
 	struct io_uring_cqe *cqe;
 	unsigned char *p;
-	uint64_t cookie = 0;
+	__u64 cookie = 0;
 	int node, raw, i;
 
 	node = open(gpus[0].node, O_RDWR | O_CLOEXEC);
@@ -274,19 +284,19 @@ static void __attribute__((noreturn)) reader(int dmabuf, int ready)
 
 static void *killer(void *arg)
 {
-	uint64_t seed = *(uint64_t *)arg ^ 0x55;
+	__u64 seed = *(__u64 *)arg ^ 0x55;
 	unsigned char *bar = gpus[0].bar + KILL_SLOT_OFF;
 
-	while (!stop) {
+	while (!stopped()) {
 		int pipefd[2], status, dmabuf;
-		uint64_t fill = 0xdead00000000ULL | fig.kills;
+		__u64 fill = 0xdead00000000ULL | fig.kills;
 		size_t bad;
 		pid_t pid;
 		char c;
 
 		dmabuf = fgds_vfio_dmabuf(&gpus[0].v, KILL_SLOT_OFF, KILL_LEN);
 		if (dmabuf < 0 || pipe2(pipefd, O_CLOEXEC)) {
-			stop = 3;
+			set_stop(3);
 			break;
 		}
 		pid = fork();
@@ -298,7 +308,7 @@ static void *killer(void *arg)
 		close(dmabuf);
 		if (pid < 0) {
 			close(pipefd[0]);
-			stop = 3;
+			set_stop(3);
 			break;
 		}
 		if (read(pipefd[0], &c, 1) != 1)
@@ -323,6 +333,12 @@ static void *killer(void *arg)
 	return NULL;
 }
 
+/* A helper, so that the harness's EXPECT and its TH_LOG stay one loop body. */
+static void expect_worker_ok(struct __test_metadata *_metadata, struct worker *w)
+{
+	EXPECT_EQ(0, w->err) TH_LOG("worker %d: %s: %s", w->id, w->what, strerror(w->err));
+}
+
 FIXTURE(run) {
 	int unused;
 };
@@ -338,10 +354,11 @@ FIXTURE_TEARDOWN(run)
 /* Bounded by its own clock; the harness's limit only catches a hang. */
 TEST_F_TIMEOUT(run, stress, 900)
 {
-	const char *secs_env = getenv("FGDS_STRESS_SECONDS"), *seed_env = getenv("FGDS_STRESS_SEED");
+	const char *secs_env = getenv("FGDS_STRESS_SECONDS");
+	const char *seed_env = getenv("FGDS_STRESS_SEED");
 	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
 	const char *dirs[2] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
-	uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
+	__u64 seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
 	double secs = secs_env ? atof(secs_env) : 40, t0;
 	struct worker w[NR_WORKERS] = {};
 	pthread_t thr[NR_WORKERS], rev, kil;
@@ -373,10 +390,10 @@ TEST_F_TIMEOUT(run, stress, 900)
 	ASSERT_EQ(0, pthread_create(&rev, NULL, revoker, &seed));
 	ASSERT_EQ(0, pthread_create(&kil, NULL, killer, &seed));
 	t0 = fgds_now();
-	while (!stop && fgds_now() - t0 < secs)
+	while (!stopped() && fgds_now() - t0 < secs)
 		usleep(100000);
-	if (!stop)
-		stop = 1;
+	if (!stopped())
+		set_stop(1);
 	for (i = 0; i < NR_WORKERS; i++)
 		pthread_join(thr[i], NULL);
 	pthread_join(rev, NULL);
@@ -396,20 +413,21 @@ TEST_F_TIMEOUT(run, stress, 900)
 	}
 	reports = fgds_kernel_reports_since(mark);
 
-	ksft_print_msg("stress: %.0f s (seed %llu): %llu cycles, %llu revocations survived, "
-		       "%llu kills survived, %llu I/O or registrations refused after a revocation\n",
-		       fgds_now() - t0, (unsigned long long)seed,
-		       (unsigned long long)fig.cycles, (unsigned long long)fig.revocations,
-		       (unsigned long long)fig.kills, (unsigned long long)fig.refused);
-	ksft_print_msg("stress: corrupted bytes %llu, bytes written after a kill %llu, "
-		       "registrations left %lld, struct pages left %lld, kernel reports %d\n",
-		       (unsigned long long)fig.corrupt, (unsigned long long)fig.late_writes,
-		       left_bufs, left_pages, reports);
+	ksft_print_msg("stress: %.0f s (seed %llu): %llu cycles\n", fgds_now() - t0,
+		       (unsigned long long)seed, (unsigned long long)fig.cycles);
+	ksft_print_msg("stress: %llu revocations survived, %llu kills survived\n",
+		       (unsigned long long)fig.revocations, (unsigned long long)fig.kills);
+	ksft_print_msg("stress: %llu I/O or registrations refused after a revocation\n",
+		       (unsigned long long)fig.refused);
+	ksft_print_msg("stress: corrupted bytes %llu, bytes written after a kill %llu\n",
+		       (unsigned long long)fig.corrupt, (unsigned long long)fig.late_writes);
+	ksft_print_msg("stress: registrations left %lld, struct pages left %lld\n", left_bufs,
+		       left_pages);
+	ksft_print_msg("stress: kernel reports %d\n", reports);
 
-	for (i = 0; i < NR_WORKERS; i++) {
-		EXPECT_EQ(0, w[i].err) TH_LOG("worker %d: %s: %s", i, w[i].what, strerror(w[i].err));
-	}
-	EXPECT_EQ(1, stop) TH_LOG("the revoker (2) or the killer (3) failed");
+	for (i = 0; i < NR_WORKERS; i++)
+		expect_worker_ok(_metadata, &w[i]);
+	EXPECT_EQ(1, stopped()) TH_LOG("the revoker (2) or the killer (3) failed");
 	EXPECT_EQ(0, fig.corrupt);
 	EXPECT_EQ(0, fig.late_writes);
 	EXPECT_EQ(0, left_bufs);

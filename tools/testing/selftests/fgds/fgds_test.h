@@ -12,14 +12,16 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/types.h>
 
+#include "kselftest.h"
 #include "fgds_pattern.h"
+#include "fgds_util.h"
 #include "fgds_vfio.h"
 
 #define SZ_4K 4096UL
@@ -34,7 +36,7 @@ static inline void *fgds_aligned_buf(size_t len)
 }
 
 /* Write @len bytes of stream @seed (from stream offset 0) at @off of @fd through host memory. */
-static inline int fgds_put_pattern(int fd, off_t off, size_t len, uint64_t seed)
+static inline int fgds_put_pattern(int fd, off_t off, size_t len, __u64 seed)
 {
 	unsigned char *buf = fgds_aligned_buf(len);
 	ssize_t n;
@@ -48,7 +50,7 @@ static inline int fgds_put_pattern(int fd, off_t off, size_t len, uint64_t seed)
 }
 
 /* Create (or truncate) @path and write @len bytes of stream @seed to it with O_DIRECT. */
-static inline int fgds_put_file(const char *path, size_t len, uint64_t seed)
+static inline int fgds_put_file(const char *path, size_t len, __u64 seed)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
 	int ret;
@@ -61,7 +63,7 @@ static inline int fgds_put_file(const char *path, size_t len, uint64_t seed)
 }
 
 /* Bytes of @buf that differ from stream @seed at stream offset @pos. */
-static inline size_t fgds_pattern_diff(const void *buf, size_t len, uint64_t seed, uint64_t pos)
+static inline size_t fgds_pattern_diff(const void *buf, size_t len, __u64 seed, __u64 pos)
 {
 	const unsigned char *p = buf;
 	unsigned char chunk[4096];
@@ -201,7 +203,8 @@ static inline int fgds_kernel_lines_since(int mark, char *first, size_t first_le
 			if (!count++ && first_len) {
 				char *text = strchr(rec, ';');
 
-				snprintf(first, first_len, "%.*s", (int)first_len - 1, text ? text + 1 : rec);
+				snprintf(first, first_len, "%.*s", (int)first_len - 1,
+					 text ? text + 1 : rec);
 				first[strcspn(first, "\n")] = 0;
 			}
 		}
@@ -244,7 +247,7 @@ static inline int fgds_kernel_reports_since(int mark)
 		if (n <= 0)
 			break;
 		rec[n] = 0;
-		for (i = 0; i < sizeof(pat) / sizeof(pat[0]); i++)
+		for (i = 0; i < ARRAY_SIZE(pat); i++)
 			if (strstr(rec, pat[i])) {
 				count++;
 				break;
@@ -268,22 +271,36 @@ static inline void fgds_on_sigbus(int sig)
 	siglongjmp(*fgds_jump(), sig);
 }
 
-/* Whether a load from @p raises SIGBUS. */
-static inline int fgds_load_faults(volatile unsigned char *p)
+/*
+ * A load from @p, or with @store a store of @val to it, with SIGBUS caught:
+ * returns SIGBUS when the access raised it, else 0. sig is set by
+ * sigsetjmp()'s returns only, so it needs no volatile across siglongjmp().
+ */
+static inline int fgds_access_signal(unsigned char *p, int store, unsigned char val)
 {
 	struct sigaction sa = { .sa_handler = fgds_on_sigbus }, old;
-	volatile int sig;
+	int sig;
 
 	sigaction(SIGBUS, &sa, &old);
 	sig = sigsetjmp(*fgds_jump(), 1);
-	if (!sig)
-		(void)*p;
+	if (!sig) {
+		if (store)
+			fgds_store(p, val);
+		else
+			fgds_load(p);
+	}
 	sigaction(SIGBUS, &old, NULL);
-	return sig == SIGBUS;
+	return sig;
+}
+
+/* Whether a load from @p raises SIGBUS. */
+static inline int fgds_load_faults(unsigned char *p)
+{
+	return fgds_access_signal(p, 0, 0) == SIGBUS;
 }
 
 /* A small seeded generator (xorshift64*), so that runs are reproducible. */
-static inline uint64_t fgds_rand(uint64_t *s)
+static inline __u64 fgds_rand(__u64 *s)
 {
 	*s ^= *s >> 12;
 	*s ^= *s << 25;

@@ -5,11 +5,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <linux/types.h>
 #include <linux/fgds.h>
 #include <linux/pci_regs.h>
 
@@ -18,7 +18,7 @@
 #define FGDS_NODE "/dev/fgds0"
 
 /* REG_BUFFER: returns 0 and the cookie, or -errno. */
-static inline int fgds_reg(int fd, int dmabuf, uint64_t off, uint64_t size, uint64_t *cookie)
+static inline int fgds_reg(int fd, int dmabuf, __u64 off, __u64 size, __u64 *cookie)
 {
 	struct fgds_reg_buffer r = { .dmabuf_fd = dmabuf, .offset = off, .size = size };
 
@@ -28,21 +28,36 @@ static inline int fgds_reg(int fd, int dmabuf, uint64_t off, uint64_t size, uint
 	return 0;
 }
 
-static inline int fgds_unreg(int fd, uint64_t cookie)
+static inline int fgds_unreg(int fd, __u64 cookie)
 {
 	struct fgds_unreg_buffer u = { .cookie = cookie };
 
 	return ioctl(fd, FGDS_IOCTL_UNREG_BUFFER, &u) ? -errno : 0;
 }
 
-static inline int fgds_query(int fd, uint64_t cookie, struct fgds_buffer_info *info)
+static inline int fgds_query(int fd, __u64 cookie, struct fgds_buffer_info *info)
 {
 	memset(info, 0, sizeof(*info));
 	info->cookie = cookie;
 	return ioctl(fd, FGDS_IOCTL_QUERY_BUFFER, info) ? -errno : 0;
 }
 
-static inline void *fgds_map(int fd, uint64_t cookie, uint64_t size)
+/*
+ * A load from @p that the compiler keeps (as the kernel's READ_ONCE()): it
+ * faults the page in, or raises the signal a test expects.
+ */
+static inline unsigned char fgds_load(const unsigned char *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* A store of @val to @p that the compiler keeps (as WRITE_ONCE()). */
+static inline void fgds_store(unsigned char *p, unsigned char val)
+{
+	__atomic_store_n(p, val, __ATOMIC_RELAXED);
+}
+
+static inline void *fgds_map(int fd, __u64 cookie, __u64 size)
 {
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, cookie);
 
@@ -55,13 +70,13 @@ static inline void *fgds_map(int fd, uint64_t cookie, uint64_t size)
  */
 struct fgds_buf {
 	int dmabuf;
-	uint64_t bar_off;
-	uint64_t size;
-	uint64_t cookie;
+	__u64 bar_off;
+	__u64 size;
+	__u64 cookie;
 	unsigned char *p;
 };
 
-static inline int fgds_buf_get(int fd, struct fgds_vfio *v, uint64_t bar_off, uint64_t size,
+static inline int fgds_buf_get(int fd, struct fgds_vfio *v, __u64 bar_off, __u64 size,
 			       struct fgds_buf *b)
 {
 	int ret;
@@ -93,8 +108,11 @@ static inline void fgds_buf_put(int fd, struct fgds_buf *b)
 /* Clear the stand-in's memory-space enable through vfio: vfio-pci revokes its dma-bufs. */
 static inline int fgds_vfio_set_memory(struct fgds_vfio *v, int enable)
 {
-	struct vfio_region_info reg = { .argsz = sizeof(reg), .index = VFIO_PCI_CONFIG_REGION_INDEX };
-	uint16_t cmd;
+	struct vfio_region_info reg = {
+		.argsz = sizeof(reg),
+		.index = VFIO_PCI_CONFIG_REGION_INDEX,
+	};
+	__u16 cmd;
 
 	if (ioctl(v->device, VFIO_DEVICE_GET_REGION_INFO, &reg))
 		return -errno;

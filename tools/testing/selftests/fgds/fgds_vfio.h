@@ -7,17 +7,19 @@
 #ifndef FGDS_VFIO_H
 #define FGDS_VFIO_H
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <linux/types.h>
 #include <linux/vfio.h>
 
 #define FGDS_VRAM_REGION VFIO_PCI_BAR2_REGION_INDEX
@@ -26,8 +28,8 @@ struct fgds_vfio {
 	int container;
 	int group;
 	int device;
-	uint64_t bar_size;
-	uint64_t bar_offset;	/* of BAR2 in the device fd, for mmap */
+	__u64 bar_size;
+	__u64 bar_offset;	/* of BAR2 in the device fd, for mmap */
 };
 
 static inline const char *fgds_gpu_bdf(void)
@@ -44,7 +46,7 @@ static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const
 	char link[PATH_MAX], target[PATH_MAX], group[64];
 	ssize_t n;
 
-	memset(v, 0xff, sizeof(*v) - 2 * sizeof(uint64_t));
+	memset(v, 0xff, sizeof(*v) - 2 * sizeof(__u64));
 	snprintf(link, sizeof(link), "/sys/bus/pci/devices/%s/iommu_group", bdf);
 	n = readlink(link, target, sizeof(target) - 1);
 	if (n < 0) {
@@ -104,17 +106,32 @@ static inline void fgds_vfio_close(struct fgds_vfio *v)
 		close(v->group);
 	if (v->container >= 0)
 		close(v->container);
-	v->device = v->group = v->container = -1;
+	v->device = -1;
+	v->group = -1;
+	v->container = -1;
 }
 
+/*
+ * VFIO_DEVICE_FEATURE_DMA_BUF with one range: the feature's header, then its
+ * data (the dma-buf request), then the request's one range, back to back.
+ */
+struct fgds_vfio_dmabuf_req {
+	struct vfio_device_feature hdr;
+	struct vfio_device_feature_dma_buf db;
+	struct vfio_region_dma_range range;
+};
+
+static_assert(offsetof(struct fgds_vfio_dmabuf_req, db) ==
+	      offsetof(struct vfio_device_feature, data), "db is the feature's data");
+static_assert(offsetof(struct fgds_vfio_dmabuf_req, range) ==
+	      offsetof(struct fgds_vfio_dmabuf_req, db) +
+	      offsetof(struct vfio_device_feature_dma_buf, dma_ranges),
+	      "range is the request's dma_ranges[0]");
+
 /* Export [off, off + len) of the BAR as a dma-buf: returns its fd or -errno. */
-static inline int fgds_vfio_dmabuf(struct fgds_vfio *v, uint64_t off, uint64_t len)
+static inline int fgds_vfio_dmabuf(struct fgds_vfio *v, __u64 off, __u64 len)
 {
-	struct {
-		struct vfio_device_feature hdr;
-		struct vfio_device_feature_dma_buf db;
-		struct vfio_region_dma_range range;
-	} __attribute__((packed)) req = {
+	struct fgds_vfio_dmabuf_req req = {
 		.hdr = {
 			.argsz = sizeof(req),
 			.flags = VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_DMA_BUF,
