@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The test command: host-side tests, then every in-guest selftest in the VM
-# (on FGDS_KCONFIG, default debug), then the summary line
+# (on FGDS_KCONFIG, default debug), then the IOMMU boot (fgds_iommu_test
+# behind QEMU's intel-iommu), then the summary line
 #   N passed, N failed[, N skipped]
 # Exit status 0 only when nothing failed.
 set -uo pipefail
@@ -61,6 +62,41 @@ out=$FGDS_BUILD/vm-$FGDS_KCONFIG/out
 	else echo "not ok 3 vm: no selftest program ran"; fi
 } >"$results/vm.tap"
 cp "$out"/tap/*.tap "$results/" 2>/dev/null
+
+# The IOMMU boot: the same kernel and machine behind QEMU's intel-iommu
+# (run-vm.sh iommu), for the selftests of fgds behind a translating IOMMU.
+# A developer's FGDS_TESTS runs it only when it names fgds_iommu_test.
+case ",${FGDS_TESTS:-fgds_iommu_test}," in
+*,fgds_iommu_test,*)
+	iommu_ok=1
+	FGDS_TESTS= "$FGDS_VM/run-vm.sh" iommu || iommu_ok=0
+	iout=$FGDS_BUILD/vm-$FGDS_KCONFIG-iommu/out
+	{
+		echo "1..3"
+		if [ $iommu_ok = 1 ]; then echo "ok 1 vm-iommu: guest ran to completion, kernel log clean"
+		else echo "not ok 1 vm-iommu: guest ran to completion, kernel log clean"; fi
+		sed 's/^/# vm-iommu: /' "$FGDS_BUILD/vm-$FGDS_KCONFIG-iommu/retried" 2>/dev/null
+		if grep -q . "$iout/kmemleak.txt" 2>/dev/null; then
+			echo "not ok 2 vm-iommu: kmemleak found leaks"
+			sed 's/^/# /' "$iout/kmemleak.txt" | head -40
+		elif [ -f "$iout/kmemleak.txt" ]; then echo "ok 2 vm-iommu: kmemleak clean"
+		else echo "ok 2 vm-iommu: kmemleak clean # SKIP kernel without kmemleak"; fi
+		# Behind the IOMMU nothing may skip: a skip there means no IOMMU.
+		if grep -q . "$iout/tap/fgds_iommu_test.tap" 2>/dev/null &&
+			! grep -q '# SKIP' "$iout/tap/fgds_iommu_test.tap"; then
+			echo "ok 3 vm-iommu: fgds_iommu_test ran behind the IOMMU, nothing skipped"
+		else
+			echo "not ok 3 vm-iommu: fgds_iommu_test ran behind the IOMMU, nothing skipped"
+		fi
+	} >"$results/vm-iommu.tap"
+	if [ -f "$iout/tap/fgds_iommu_test.tap" ]; then
+		cp "$iout/tap/fgds_iommu_test.tap" "$results/"
+	else
+		printf '1..1\nnot ok 1 fgds_iommu_test did not run in the IOMMU boot\n' \
+			>"$results/fgds_iommu_test.tap"
+	fi
+	;;
+esac
 python3 "$FGDS_VM/kunit-tap.py" "$FGDS_BUILD/vm-$FGDS_KCONFIG/console.log" \
 	"$FGDS_ROOT/fgds/kbuild-$FGDS_KCONFIG/.config" >"$results/kunit.tap"
 cat "$results/kunit.tap"
