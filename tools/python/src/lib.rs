@@ -581,12 +581,15 @@ fn parse_mode(mode: &str) -> PyResult<i32> {
 
 /// `File(path, mode="r", *, flags=None, perm=0o644, strict=None,
 /// chunk_size=None, queue_depth=None, use_io_uring=None, direct=True,
-/// parallel=None, split_size=None)`.
+/// parallel=None, split_size=None, bounce_read=None)`.
 ///
 /// `None` means the default: the library's, or what the `FGDS_*`
 /// environment variables set (`FGDS_STRICT`, `FGDS_CHUNK_SIZE`,
 /// `FGDS_QUEUE_DEPTH`, `FGDS_IO_URING`, `FGDS_PARALLEL`,
-/// `FGDS_SPLIT_SIZE`).
+/// `FGDS_SPLIT_SIZE`, `FGDS_BOUNCE_READ`). `bounce_read`: how reads into
+/// GPU memory without P2P reach the bounce buffers: "auto" (O_DIRECT unless
+/// cachestat(2) finds most of the range in the page cache), "direct",
+/// "buffered".
 ///
 /// A file opened for fgds I/O: an O_DIRECT descriptor (when the file system
 /// accepts it) plus a buffered one. `flags` (os.O_* bits) overrides `mode`.
@@ -618,9 +621,21 @@ fn make_config(
     direct: bool,
     parallel: Option<u32>,
     split_size: Option<usize>,
-) -> Config {
+    bounce_read: Option<&str>,
+) -> PyResult<Config> {
     let d = Config::default();
-    Config {
+    let bounce_read = match bounce_read {
+        None => d.bounce_read,
+        Some("auto") => fgds::BounceRead::Auto,
+        Some("direct") => fgds::BounceRead::Direct,
+        Some("buffered") => fgds::BounceRead::Buffered,
+        Some(o) => {
+            return Err(to_py(fgds::Error::InvalidArgument(format!(
+                "bounce_read={o:?}: not \"auto\", \"direct\" or \"buffered\""
+            ))))
+        }
+    };
+    Ok(Config {
         chunk_size: chunk_size.unwrap_or(d.chunk_size),
         queue_depth: queue_depth.unwrap_or(d.queue_depth),
         strict: strict.unwrap_or(d.strict),
@@ -628,13 +643,15 @@ fn make_config(
         disable_direct: !direct,
         parallel: parallel.unwrap_or(d.parallel),
         split_size: split_size.unwrap_or(d.split_size),
-    }
+        bounce_read,
+    })
 }
 
 fn stats_dict<'py>(py: Python<'py>, s: &fgds::Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("direct_bytes", s.direct_bytes)?;
     d.set_item("bounce_bytes", s.bounce_bytes)?;
+    d.set_item("bounce_direct_bytes", s.bounce_direct_bytes)?;
     d.set_item("fallbacks", s.fallbacks)?;
     d.set_item("direct_ops", s.direct_ops)?;
     d.set_item("bounce_ops", s.bounce_ops)?;
@@ -698,7 +715,7 @@ fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
 #[pymethods]
 impl File {
     #[new]
-    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None))]
+    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
@@ -713,6 +730,7 @@ impl File {
         direct: bool,
         parallel: Option<u32>,
         split_size: Option<usize>,
+        bounce_read: Option<&str>,
     ) -> PyResult<File> {
         let fl = match flags {
             Some(f) => f,
@@ -726,7 +744,8 @@ impl File {
             direct,
             parallel,
             split_size,
-        );
+            bounce_read,
+        )?;
         let p = path.clone();
         let h = py
             .allow_threads(move || FileHandle::open(&p, fl, perm, cfg))
@@ -739,7 +758,7 @@ impl File {
 
     /// `File.from_fd(fd, **config)`: wraps an open descriptor (duplicated).
     #[staticmethod]
-    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None))]
+    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_fd(
         fd: i32,
@@ -750,6 +769,7 @@ impl File {
         direct: bool,
         parallel: Option<u32>,
         split_size: Option<usize>,
+        bounce_read: Option<&str>,
     ) -> PyResult<File> {
         let cfg = make_config(
             strict,
@@ -759,7 +779,8 @@ impl File {
             direct,
             parallel,
             split_size,
-        );
+            bounce_read,
+        )?;
         let h = FileHandle::from_fd(fd, cfg).map_err(to_py)?;
         Ok(File {
             inner: Mutex::new(Some(Arc::new(h))),
@@ -883,7 +904,7 @@ impl File {
     }
 
     /// Counters of the paths the bytes took: direct_bytes, bounce_bytes,
-    /// fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors,
+    /// bounce_direct_bytes (of those, read with O_DIRECT), fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors,
     /// last_fallback_reason.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.get()?.stats())
@@ -1484,6 +1505,14 @@ fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("use_io_uring", e.use_io_uring)?;
     d.set_item("parallel", e.parallel)?;
     d.set_item("split_size", e.split_size)?;
+    d.set_item(
+        "bounce_read",
+        match e.bounce_read {
+            fgds::BounceRead::Auto => "auto",
+            fgds::BounceRead::Direct => "direct",
+            fgds::BounceRead::Buffered => "buffered",
+        },
+    )?;
     let set = PyDict::new(py);
     for (k, v) in &e.set {
         set.set_item(*k, v)?;

@@ -114,6 +114,12 @@ enum Memory {
     HostUser {
         ptr: *mut u8,
     },
+    /// Host memory the engine may not hand the kernel: it bounces, as GPU
+    /// memory without an fgds mapping does ([`Buffer::alloc_host_bounced`]).
+    HostBounced {
+        ptr: *mut u8,
+        layout: Layout,
+    },
     Fgds(FgdsMapping),
     Gpu {
         dptr: u64,
@@ -177,6 +183,24 @@ impl Buffer {
         }
         Ok(Buffer {
             mem: Memory::HostOwned { ptr, layout },
+            len,
+        })
+    }
+
+    /// Allocates `len` bytes of zeroed host memory that the engine treats
+    /// as memory it cannot hand the kernel: every I/O goes through bounce
+    /// buffers, exactly as for GPU memory without an fgds mapping (the copy
+    /// in and out is a `memcpy` instead of a GPU copy). For tests and
+    /// measurements of the bounce path on machines without a GPU.
+    pub fn alloc_host_bounced(len: usize) -> Result<Buffer> {
+        let b = Self::alloc_host(len)?;
+        let (ptr, layout) = match &b.mem {
+            Memory::HostOwned { ptr, layout } => (*ptr, *layout),
+            _ => return Err(Error::InvalidArgument("internal: not host memory".into())),
+        };
+        std::mem::forget(b);
+        Ok(Buffer {
+            mem: Memory::HostBounced { ptr, layout },
             len,
         })
     }
@@ -349,7 +373,7 @@ impl Buffer {
     /// Kind of memory.
     pub fn kind(&self) -> BufferKind {
         match &self.mem {
-            Memory::HostOwned { .. } => BufferKind::Host,
+            Memory::HostOwned { .. } | Memory::HostBounced { .. } => BufferKind::Host,
             Memory::HostUser { .. } => BufferKind::HostUser,
             Memory::Fgds(_) => BufferKind::Fgds,
             Memory::Gpu { rt, .. } => match rt.kind() {
@@ -371,6 +395,7 @@ impl Buffer {
     pub fn p2p_unavailable_reason(&self) -> Option<&str> {
         match &self.mem {
             Memory::Gpu { no_p2p_reason, .. } => no_p2p_reason.as_deref(),
+            Memory::HostBounced { .. } => Some("bounce path asked for"),
             _ => None,
         }
     }
@@ -379,7 +404,9 @@ impl Buffer {
     /// address, or device pointer.
     pub fn base_addr(&self) -> u64 {
         match &self.mem {
-            Memory::HostOwned { ptr, .. } | Memory::HostUser { ptr } => *ptr as u64,
+            Memory::HostOwned { ptr, .. }
+            | Memory::HostUser { ptr }
+            | Memory::HostBounced { ptr, .. } => *ptr as u64,
             Memory::Fgds(m) => m.map as u64,
             Memory::Gpu { dptr, .. } => *dptr,
         }
@@ -409,7 +436,16 @@ impl Buffer {
                 // SAFETY: delta < 64 KiB lies inside the mapping.
                 Some(unsafe { m.map.add(*delta) })
             }
-            Memory::Gpu { p2p: None, .. } => None,
+            Memory::Gpu { p2p: None, .. } | Memory::HostBounced { .. } => None,
+        }
+    }
+
+    /// The host address of memory the engine bounces through host buffers
+    /// without a GPU ([`Buffer::alloc_host_bounced`]).
+    fn bounced_ptr(&self) -> Option<*mut u8> {
+        match &self.mem {
+            Memory::HostBounced { ptr, .. } => Some(*ptr),
+            _ => self.io_ptr(),
         }
     }
 
@@ -460,12 +496,41 @@ impl Buffer {
             }
             _ => {
                 let p = self
-                    .io_ptr()
+                    .bounced_ptr()
                     .ok_or_else(|| Error::InvalidArgument("no CPU mapping".into()))?;
                 // SAFETY: range checked; the buffer owns (or was promised) the memory.
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(off), src.len()) };
                 Ok(())
             }
+        }
+    }
+
+    /// Copies `src` into the buffer at `off` as [`Buffer::write_bytes`]
+    /// does, but for GPU memory only queues the copy on the calling
+    /// thread's copy stream: the returned [`QueuedCopy`] must be waited for
+    /// before `src` is reused or freed. `None`: the copy is done.
+    ///
+    /// # Safety
+    /// `src` must be pinned host memory (a [`Staging`] from
+    /// [`Buffer::staging`]) that stays valid until the copy was waited for.
+    pub(crate) unsafe fn write_bytes_queued(
+        &self,
+        off: usize,
+        src: &[u8],
+    ) -> Result<Option<QueuedCopy>> {
+        self.check_range("buffer", off as u64, src.len() as u64)?;
+        match &self.mem {
+            Memory::Gpu { dptr, rt, mem, .. } => {
+                rt.make_current(mem)?;
+                // SAFETY: range checked above; the caller keeps src alive.
+                let s = unsafe { rt.htod_queue(dptr + off as u64, src.as_ptr(), src.len()) }?;
+                Ok(s.map(|stream| QueuedCopy {
+                    rt: rt.clone(),
+                    ctx: mem.ctx,
+                    stream,
+                }))
+            }
+            _ => self.write_bytes(off, src).map(|()| None),
         }
     }
 
@@ -480,7 +545,7 @@ impl Buffer {
             }
             _ => {
                 let p = self
-                    .io_ptr()
+                    .bounced_ptr()
                     .ok_or_else(|| Error::InvalidArgument("no CPU mapping".into()))?;
                 // SAFETY: range checked; the buffer owns (or was promised) the memory.
                 unsafe { std::ptr::copy_nonoverlapping(p.add(off), dst.as_mut_ptr(), dst.len()) };
@@ -529,10 +594,35 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Memory::HostOwned { ptr, layout } = &self.mem {
+        if let Memory::HostOwned { ptr, layout } | Memory::HostBounced { ptr, layout } = &self.mem {
             // SAFETY: allocated in alloc_host with this layout.
             unsafe { std::alloc::dealloc(*ptr, *layout) };
         }
+    }
+}
+
+/// A copy into GPU memory queued on a thread's copy stream
+/// ([`Buffer::write_bytes_queued`]).
+pub(crate) struct QueuedCopy {
+    pub rt: Arc<Runtime>,
+    /// The memory's context (0: none to make current).
+    pub ctx: usize,
+    pub stream: usize,
+}
+
+impl QueuedCopy {
+    /// Waits for the copy (and whatever else is queued on its stream).
+    pub fn wait(&self) -> Result<()> {
+        if self.ctx != 0 {
+            self.rt.set_context(self.ctx)?;
+        }
+        // SAFETY: the stream came from htod_queue on this thread.
+        unsafe { self.rt.copy_stream_sync(self.stream) }
+    }
+
+    /// Whether it is the same stream as `other`'s.
+    pub fn same_stream(&self, other: &QueuedCopy) -> bool {
+        self.stream == other.stream && self.ctx == other.ctx && Arc::ptr_eq(&self.rt, &other.rt)
     }
 }
 

@@ -19,8 +19,26 @@
 //! 4 GiB into CUDA memory through the page cache: 4471 MiB/s on the
 //! calling thread alone, 39362 on 16 threads with 16 MiB parts, a batch of
 //! 64 x 32 MiB 37039); the table is in `tools/lib/fgds/README.md`.
+//!
+//! # The bounce path
+//!
+//! Memory the kernel cannot reach directly (GPU memory without an fgds
+//! mapping) is read through pinned host bounce buffers and copied on to the
+//! GPU with copies queued on the thread's stream, waited for once per call
+//! (or when the thread runs out of bounce buffers), so that the copies of
+//! one piece overlap the reads of the next. Reads reach the bounce buffers
+//! in one of two ways, chosen per call (per part of a split call) from the
+//! page cache's state, which `cachestat(2)` measures
+//! ([`BounceRead::Auto`]): through the page cache when it holds at least
+//! half of the range, else with `O_DIRECT` (the aligned blocks around each
+//! piece, so unaligned edges and the end of the file need nothing else),
+//! which skips the page cache's copy and its CPU cost on cold data.
+//! `FGDS_BOUNCE_READ` / [`Config::bounce_read`] force either. Writes from
+//! such memory stay buffered: an O_DIRECT write cannot write a file's
+//! unaligned end without a read-modify-write, and the page cache lets the
+//! writer go on before the disk has the data.
 
-use crate::buffer::{page_size, Buffer, Staging};
+use crate::buffer::{page_size, Buffer, QueuedCopy, Staging};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use io_uring::{opcode, types, IoUring};
@@ -47,6 +65,20 @@ pub const DEFAULT_QUEUE_DEPTH: u32 = 16;
 /// module documentation).
 pub const DEFAULT_SPLIT_SIZE: usize = 16 << 20;
 
+/// How the bounce path's reads reach the bounce buffers (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BounceRead {
+    /// O_DIRECT unless `cachestat(2)` finds at least half of the range in
+    /// the page cache (where it cannot tell: a probe of a few bytes with
+    /// `RWF_NOWAIT`; where that cannot tell either: the page cache).
+    Auto,
+    /// Always O_DIRECT (where the file has an O_DIRECT descriptor).
+    Direct,
+    /// Always through the page cache.
+    Buffered,
+}
+
 /// Tunables of a [`FileHandle`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -71,6 +103,8 @@ pub struct Config {
     /// Bytes of a call each thread takes at a time (a multiple of 4096): a
     /// call of at most this many bytes runs on the calling thread alone.
     pub split_size: usize,
+    /// How reads into memory that bounces reach the bounce buffers.
+    pub bounce_read: BounceRead,
 }
 
 impl Default for Config {
@@ -86,6 +120,7 @@ impl Default for Config {
             disable_direct: false,
             parallel: e.parallel,
             split_size: e.split_size,
+            bounce_read: e.bounce_read,
         }
     }
 }
@@ -131,6 +166,9 @@ pub struct Stats {
     /// Bytes moved through the page cache or a host bounce buffer
     /// (unaligned edges and fallbacks).
     pub bounce_bytes: u64,
+    /// Of `bounce_bytes`, those read with O_DIRECT into the bounce buffers
+    /// (the page cache was skipped).
+    pub bounce_direct_bytes: u64,
     /// Calls (or batch elements) that fell back from direct to bounce.
     pub fallbacks: u64,
     /// Requests submitted on the direct path.
@@ -151,6 +189,7 @@ pub struct Stats {
 pub(crate) struct StatsCounters {
     direct_bytes: AtomicU64,
     bounce_bytes: AtomicU64,
+    bounce_direct_bytes: AtomicU64,
     fallbacks: AtomicU64,
     direct_ops: AtomicU64,
     bounce_ops: AtomicU64,
@@ -165,6 +204,7 @@ impl StatsCounters {
         Stats {
             direct_bytes: self.direct_bytes.load(Ordering::Relaxed),
             bounce_bytes: self.bounce_bytes.load(Ordering::Relaxed),
+            bounce_direct_bytes: self.bounce_direct_bytes.load(Ordering::Relaxed),
             fallbacks: self.fallbacks.load(Ordering::Relaxed),
             direct_ops: self.direct_ops.load(Ordering::Relaxed),
             bounce_ops: self.bounce_ops.load(Ordering::Relaxed),
@@ -182,6 +222,7 @@ impl StatsCounters {
         for a in [
             &self.direct_bytes,
             &self.bounce_bytes,
+            &self.bounce_direct_bytes,
             &self.fallbacks,
             &self.direct_ops,
             &self.bounce_ops,
@@ -227,6 +268,9 @@ enum Mode {
     Buffered,
     /// Buffered fd into a staging buffer, then copied.
     Staged,
+    /// O_DIRECT fd into a staging buffer (the aligned blocks around the
+    /// piece), then the piece's bytes copied (reads only).
+    StagedDirect,
 }
 
 #[derive(Debug, Clone)]
@@ -237,6 +281,32 @@ struct Piece {
     buf_off: usize,
     len: usize,
     mode: Mode,
+    /// A staged read of several segments ([`merge_staged`]): every
+    /// destination `(buffer, offset, bytes)` in file order, `buf`/`buf_off`
+    /// the first's; empty for one destination.
+    more: Vec<(usize, usize, usize)>,
+}
+
+impl Piece {
+    fn new(file_off: u64, buf: usize, buf_off: usize, len: usize, mode: Mode) -> Piece {
+        Piece {
+            file_off,
+            buf,
+            buf_off,
+            len,
+            mode,
+            more: Vec::new(),
+        }
+    }
+}
+
+/// The aligned file range `(offset, bytes)` a [`Mode::StagedDirect`] read
+/// of `p` covers.
+fn direct_span(file: &FileHandle, p: &Piece) -> (u64, usize) {
+    let a = file.off_align.max(1);
+    let start = round_down(p.file_off, a);
+    let end = round_up(p.file_off + p.len as u64, a);
+    (start, (end - start) as usize)
 }
 
 /// What stops a call between requests: the caller's cancel flag, and the
@@ -545,14 +615,22 @@ fn plan(
     let push_range = |pieces: &mut Vec<Piece>, from: u64, to: u64, mode: Mode| {
         let mut o = from;
         while o < to {
-            let len = (to - o).min(chunk as u64) as usize;
-            pieces.push(Piece {
-                file_off: o,
-                buf: buf_idx,
-                buf_off: buf_off + (o - file_off) as usize,
+            // A bounced piece ends on a chunk boundary of the file, so that
+            // the aligned blocks an O_DIRECT bounce read covers stay within
+            // one chunk (bounce buffers of one size).
+            let cut = if mode == Mode::Staged && chunk as u64 % file.off_align == 0 {
+                round_down(o, chunk as u64) + chunk as u64
+            } else {
+                o + chunk as u64
+            };
+            let len = (to.min(cut) - o) as usize;
+            pieces.push(Piece::new(
+                o,
+                buf_idx,
+                buf_off + (o - file_off) as usize,
                 len,
                 mode,
-            });
+            ));
             o += len as u64;
         }
     };
@@ -612,6 +690,144 @@ impl Slots {
     }
 }
 
+/// Bounce buffers whose copies into GPU memory are queued on a stream and
+/// not yet waited for. Dropping it waits (an error path must not hand a
+/// buffer a copy still reads back to the free list or the pinned cache).
+struct Copies {
+    streams: Vec<QueuedCopy>,
+    busy: Vec<Staging>,
+}
+
+impl Copies {
+    /// Notes a queued copy's stream.
+    fn queued(&mut self, q: QueuedCopy) {
+        if !self.streams.iter().any(|s| s.same_stream(&q)) {
+            self.streams.push(q);
+        }
+    }
+
+    /// Waits for every queued copy and returns the buffers to `free`.
+    fn wait(&mut self, free: &mut Vec<Staging>) -> Result<()> {
+        let mut first: Option<Error> = None;
+        for q in self.streams.drain(..) {
+            if let Err(e) = q.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            None => {
+                free.append(&mut self.busy);
+                Ok(())
+            }
+            Some(e) => {
+                // The stream failed: whether its copies still read the
+                // buffers is unknown, so they are never reused.
+                for s in self.busy.drain(..) {
+                    std::mem::forget(s);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Copies {
+    fn drop(&mut self) {
+        if !self.busy.is_empty() || !self.streams.is_empty() {
+            let mut sink = Vec::new();
+            let _ = self.wait(&mut sink);
+        }
+    }
+}
+
+/// Whether `[start, end)` of the file is mostly in the page cache, as
+/// `cachestat(2)` counts (a probe of one byte at up to 4 places with
+/// `RWF_NOWAIT` where it is missing); `None` when neither can tell.
+fn mostly_cached(file: &FileHandle, start: u64, end: u64) -> Option<bool> {
+    let size = file.size().ok()?;
+    let end = end.min(size);
+    if start >= end {
+        return Some(true); // nothing to read: whichever way
+    }
+    let fd = file.buffered.as_raw_fd();
+    let ps = page_size() as u64;
+    match crate::sys::cachestat(fd, start, end - start) {
+        Ok(c) => {
+            let pages = (round_up(end, ps) - round_down(start, ps)) / ps;
+            return Some(c.nr_cache * 2 >= pages);
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => return None,
+        Err(_) => {}
+    }
+    let mut hits = 0;
+    let mut probes = 0;
+    let step = ((end - start) / 4).max(1);
+    let mut at = start;
+    while at < end && probes < 4 {
+        let mut byte = 0u8;
+        let iov = libc::iovec {
+            iov_base: (&raw mut byte).cast(),
+            iov_len: 1,
+        };
+        // SAFETY: one iovec of one live byte.
+        let r = unsafe { libc::preadv2(fd, &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
+        if r >= 0 {
+            hits += 1;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            return None; // RWF_NOWAIT not supported here
+        }
+        probes += 1;
+        at += step;
+    }
+    Some(hits * 2 >= probes)
+}
+
+/// Whether this call's bounced reads of `[start, end)` go O_DIRECT into
+/// the bounce buffers ([`BounceRead`]).
+fn bounce_direct(file: &FileHandle, start: u64, end: u64) -> bool {
+    if file.direct.is_none() {
+        return false;
+    }
+    match file.config.bounce_read {
+        BounceRead::Buffered => false,
+        BounceRead::Direct => true,
+        BounceRead::Auto => mostly_cached(file, start, end) == Some(false),
+    }
+}
+
+/// Copies what a staged read brought (`n` bytes at `src`) to the piece's
+/// destinations; returns whether a copy was queued (the bounce buffer
+/// stays busy until `copies` is waited for).
+fn copy_out(
+    bufs: &[&Buffer],
+    p: &Piece,
+    src: *const u8,
+    n: usize,
+    copies: &mut Copies,
+) -> Result<bool> {
+    let single = [(p.buf, p.buf_off, p.len)];
+    let dests: &[(usize, usize, usize)] = if p.more.is_empty() { &single } else { &p.more };
+    let mut done = 0usize;
+    let mut queued = false;
+    for &(b, off, len) in dests {
+        if done >= n {
+            break;
+        }
+        let k = len.min(n - done);
+        // SAFETY: src has n valid bytes (the kernel wrote them) and
+        // done + k <= n.
+        let s = unsafe { std::slice::from_raw_parts(src.add(done), k) };
+        // SAFETY: src is a bounce buffer, which stays alive and untouched
+        // until `copies` was waited for (the caller puts it there).
+        if let Some(q) = unsafe { bufs[b].write_bytes_queued(off, s) }? {
+            copies.queued(q);
+            queued = true;
+        }
+        done += k;
+    }
+    Ok(queued)
+}
+
 /// Runs the pieces on the calling thread's ring, up to `queue_depth` in
 /// flight; `fell_back` is the call's "a fallback was counted" flag.
 fn run_pieces(
@@ -634,6 +850,17 @@ fn run_pieces(
     let cfg = &file.config;
     let st = &file.stats;
     let qd = cfg.queue_depth as usize;
+    let write = op == Op::Write;
+    if !write && pieces.iter().any(|p| p.mode == Mode::Staged) {
+        let staged = pieces.iter().filter(|p| p.mode == Mode::Staged);
+        let s = staged.clone().map(|p| p.file_off).min().unwrap_or(start);
+        let e = staged.map(|p| p.file_off + p.len as u64).max().unwrap_or(s);
+        if bounce_direct(file, s, e) {
+            for p in pieces.iter_mut().filter(|p| p.mode == Mode::Staged) {
+                p.mode = Mode::StagedDirect;
+            }
+        }
+    }
     let mut slots = Slots {
         free: Vec::new(),
         count: 0,
@@ -643,7 +870,11 @@ fn run_pieces(
     let mut pending: VecDeque<usize> = (0..pieces.len()).collect();
     let mut eof: Option<u64> = None;
     let mut err: Option<Error> = None;
-    let write = op == Op::Write;
+    // Declared after `slots` and `slot_of`: dropped (so waited for) first.
+    let mut copies = Copies {
+        streams: Vec::new(),
+        busy: Vec::new(),
+    };
 
     with_backend(cfg, pieces.len(), |be| -> Result<()> {
         let mut inflight = 0usize;
@@ -654,8 +885,9 @@ fn run_pieces(
                     err = Some(Error::Canceled);
                     break;
                 }
-                let p = pieces[i].clone();
+                let p = &pieces[i];
                 let buf = bufs[p.buf];
+                let (mut off, mut len) = (p.file_off, p.len);
                 let (fd, ptr) = match p.mode {
                     Mode::Direct | Mode::Buffered => {
                         let Some(base) = buf.io_ptr() else {
@@ -669,9 +901,37 @@ fn run_pieces(
                         // SAFETY: buf_off + len was bounds-checked against the buffer.
                         (fd, unsafe { base.add(p.buf_off) })
                     }
-                    Mode::Staged => {
+                    Mode::Staged | Mode::StagedDirect => {
+                        let (fd, need) = match (p.mode, &file.direct) {
+                            (Mode::StagedDirect, Some(d)) => {
+                                let (o, n) = direct_span(file, p);
+                                (off, len) = (o, n);
+                                (d.as_raw_fd(), n)
+                            }
+                            _ => (file.buffered.as_raw_fd(), p.len),
+                        };
+                        if slot_of[i].as_ref().is_some_and(|s| s.len < need) {
+                            if let Some(s) = slot_of[i].take() {
+                                slots.free.push(s);
+                            }
+                        }
                         if slot_of[i].is_none() {
-                            match slots.take(buf, p.len, inflight == 0) {
+                            // Out of bounce buffers: wait for the queued
+                            // copies once half of them wait for theirs (or
+                            // nothing else is in flight); until then reap
+                            // reads, so that the copies of some overlap the
+                            // reads of others.
+                            if slots.free.iter().all(|s| s.len < need)
+                                && slots.count >= slots.max
+                                && !copies.busy.is_empty()
+                                && (inflight == 0 || copies.busy.len() * 2 >= slots.max)
+                            {
+                                if let Err(e) = copies.wait(&mut slots.free) {
+                                    err = Some(e);
+                                    break;
+                                }
+                            }
+                            match slots.take(buf, need, inflight == 0) {
                                 Ok(Some(s)) => {
                                     if write {
                                         // SAFETY: s.ptr has at least p.len bytes.
@@ -693,7 +953,7 @@ fn run_pieces(
                             }
                         }
                         let ptr = slot_of[i].as_ref().map_or(std::ptr::null_mut(), |s| s.ptr);
-                        (file.buffered.as_raw_fd(), ptr)
+                        (fd, ptr)
                     }
                 };
                 pending.pop_front();
@@ -706,8 +966,8 @@ fn run_pieces(
                     write,
                     fd,
                     ptr,
-                    len: p.len,
-                    off: p.file_off,
+                    len,
+                    off,
                 };
                 if let Err(e) = be.push(i as u64, &req) {
                     err = Some(e);
@@ -732,7 +992,8 @@ fn run_pieces(
                 if let Some(s) = slot_of[i].take() {
                     slots.free.push(s);
                 }
-                if mode == Mode::Direct && is_fallback_errno(e) && err.is_none() {
+                let direct = matches!(mode, Mode::Direct | Mode::StagedDirect);
+                if direct && is_fallback_errno(e) && err.is_none() {
                     let reason = format!(
                         "O_DIRECT {} of {} bytes at {} refused: {}",
                         op_name(op),
@@ -740,13 +1001,17 @@ fn run_pieces(
                         pieces[i].file_off,
                         std::io::Error::from_raw_os_error(e)
                     );
-                    if cfg.strict {
+                    if cfg.strict && mode == Mode::Direct {
                         err = Some(Error::P2pUnavailable { reason });
                     } else {
                         if !fell_back.swap(true, Ordering::Relaxed) {
                             st.fallback(&reason);
                         }
-                        pieces[i].mode = indirect_mode(buf);
+                        pieces[i].mode = if mode == Mode::StagedDirect {
+                            Mode::Staged
+                        } else {
+                            indirect_mode(buf)
+                        };
                         pending.push_front(i);
                     }
                     continue;
@@ -764,21 +1029,42 @@ fn run_pieces(
                 }
                 continue;
             }
-            let n = res as usize;
-            if mode == Mode::Direct {
-                st.direct_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            // Bytes of the piece the request moved: an O_DIRECT bounce read
+            // began at the aligned block before the piece.
+            let (n, skip) = if mode == Mode::StagedDirect {
+                let skip = (pieces[i].file_off - direct_span(file, &pieces[i]).0) as usize;
+                ((res as usize).saturating_sub(skip).min(pieces[i].len), skip)
             } else {
-                st.bounce_bytes.fetch_add(n as u64, Ordering::Relaxed);
-            }
+                (res as usize, 0)
+            };
+            match mode {
+                Mode::Direct => st.direct_bytes.fetch_add(n as u64, Ordering::Relaxed),
+                Mode::StagedDirect => {
+                    st.bounce_direct_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    st.bounce_bytes.fetch_add(n as u64, Ordering::Relaxed)
+                }
+                _ => st.bounce_bytes.fetch_add(n as u64, Ordering::Relaxed),
+            };
             if let Some(s) = slot_of[i].take() {
+                let mut busy = false;
                 if !write && n > 0 {
-                    // SAFETY: the kernel wrote n <= s.len bytes.
-                    let src = unsafe { std::slice::from_raw_parts(s.ptr, n) };
-                    if let Err(e) = buf.write_bytes(pieces[i].buf_off, src) {
-                        err.get_or_insert(e);
+                    // SAFETY: skip + n <= what the kernel wrote <= s.len.
+                    let src = unsafe { s.ptr.add(skip) };
+                    match copy_out(bufs, &pieces[i], src, n, &mut copies) {
+                        Ok(q) => busy = q,
+                        Err(e) => {
+                            // A copy may have been queued before the error.
+                            busy = !copies.streams.is_empty();
+                            err.get_or_insert(e);
+                        }
                     }
                 }
-                slots.free.push(s);
+                if busy {
+                    copies.busy.push(s);
+                } else {
+                    slots.free.push(s);
+                }
             }
             if n < pieces[i].len {
                 let p = &mut pieces[i];
@@ -804,9 +1090,11 @@ fn run_pieces(
             }
         }
     })?;
+    let waited = copies.wait(&mut slots.free);
     if let Some(e) = err {
         return Err(e);
     }
+    waited?;
     let total = (eof.unwrap_or(end).min(end) - start) as usize;
     Ok(total)
 }
@@ -1245,6 +1533,40 @@ fn pack(segs: &[Segment<'_>], file_off: u64, chunk: usize) -> Vec<VReq> {
     out
 }
 
+/// Joins neighbouring staged reads of a vectored call (segments next to each
+/// other in the file) into one read of up to a chunk into one bounce buffer,
+/// copied out to each segment: a readv of small segments into GPU memory
+/// then costs what a read of the same bytes costs, plus a queued copy per
+/// segment.
+fn merge_staged(file: &FileHandle, pieces: Vec<Piece>) -> Vec<Piece> {
+    let chunk = file.config.chunk_size;
+    let a = file.off_align.max(1);
+    let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        if let Some(last) = out.last_mut() {
+            let end = p.file_off + p.len as u64;
+            let span = round_up(end, a) - round_down(last.file_off, a);
+            if last.mode == Mode::Staged
+                && p.mode == Mode::Staged
+                && last.file_off + last.len as u64 == p.file_off
+                && span <= chunk as u64
+            {
+                if last.more.is_empty() {
+                    last.more.push((last.buf, last.buf_off, last.len));
+                }
+                match last.more.last_mut() {
+                    Some(d) if d.0 == p.buf && d.1 + d.2 == p.buf_off => d.2 += p.len,
+                    _ => last.more.push((p.buf, p.buf_off, p.len)),
+                }
+                last.len += p.len;
+                continue;
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
 /// Number of READV/WRITEV requests `vectored` would submit for these
 /// segments with this chunk size (for tests and tuning).
 pub fn packed_requests(segs: &[Segment<'_>], chunk_size: usize) -> usize {
@@ -1277,7 +1599,7 @@ fn vectored(
         // of them run as one call: in flight together, split over threads
         // like a plain call of the same size.
         let bufs: Vec<&Buffer> = segs.iter().map(|s| s.buffer).collect();
-        let mut pieces = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
         let mut reason = blocker.clone();
         let mut off = file_off;
         for (i, s) in segs.iter().enumerate() {
@@ -1287,6 +1609,9 @@ fn vectored(
                 reason = r;
             }
             off += s.size as u64;
+        }
+        if op == Op::Read {
+            pieces = merge_staged(file, pieces);
         }
         let n = run_call(file, &bufs, op, pieces, cancel, reason)?;
         let ctr = if op == Op::Read {

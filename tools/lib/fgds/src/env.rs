@@ -10,7 +10,9 @@
 //! opened ([`Env::check`]), never silently ignored; `fgds check` shows the
 //! configuration in force.
 
-use crate::engine::{DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT};
+use crate::engine::{
+    BounceRead, DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT,
+};
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
 
@@ -58,6 +60,11 @@ pub const VARS: &[Var] = &[
         meaning: "bytes of a call each of its threads takes at a time (`Config::split_size`): a multiple of 4096, suffixes K, M, G; smaller calls run on the calling thread alone",
     },
     Var {
+        name: "FGDS_BOUNCE_READ",
+        default: "auto",
+        meaning: "how bounced reads (GPU memory without P2P) reach the bounce buffers (`Config::bounce_read`): auto (O_DIRECT unless cachestat(2) finds most of the range in the page cache), direct, buffered",
+    },
+    Var {
         name: "FGDS_IO_URING",
         default: "1",
         meaning: "0: pread/pwrite/preadv/pwritev instead of io_uring (`Config::use_io_uring`)",
@@ -81,6 +88,8 @@ pub struct Env {
     pub parallel: u32,
     /// `FGDS_SPLIT_SIZE`.
     pub split_size: usize,
+    /// `FGDS_BOUNCE_READ`.
+    pub bounce_read: BounceRead,
     /// The variables that are set, with their values, in [`VARS`] order.
     pub set: Vec<(&'static str, String)>,
     /// One message per variable whose value is wrong (its default is used
@@ -129,6 +138,7 @@ impl Env {
             use_io_uring: true,
             parallel: 0,
             split_size: DEFAULT_SPLIT_SIZE,
+            bounce_read: BounceRead::Auto,
             set: Vec::new(),
             errors: Vec::new(),
         };
@@ -180,6 +190,13 @@ impl Env {
                     }
                     _ => Err(bad("not a non-zero multiple of 4096 (suffixes K, M, G)")),
                 },
+                "FGDS_BOUNCE_READ" => match val.trim().to_ascii_lowercase().as_str() {
+                    "auto" => Ok(BounceRead::Auto),
+                    "direct" => Ok(BounceRead::Direct),
+                    "buffered" => Ok(BounceRead::Buffered),
+                    _ => Err(bad("not auto, direct or buffered")),
+                }
+                .map(|b| e.bounce_read = b),
                 _ => Ok(()),
             };
             if let Err(m) = r {
@@ -231,6 +248,7 @@ mod tests {
         assert!((4..=16).contains(&e.threads));
         assert_eq!(e.parallel as usize, e.threads);
         assert_eq!(e.split_size, DEFAULT_SPLIT_SIZE);
+        assert_eq!(e.bounce_read, BounceRead::Auto);
         assert!(e.set.is_empty() && e.check().is_ok());
     }
 
@@ -244,11 +262,15 @@ mod tests {
             ("FGDS_IO_URING", "off"),
             ("FGDS_PARALLEL", "3"),
             ("FGDS_SPLIT_SIZE", "64M"),
+            ("FGDS_BOUNCE_READ", "Direct"),
         ]);
         assert!(e.strict && !e.use_io_uring);
+        assert_eq!(e.bounce_read, BounceRead::Direct);
         assert_eq!((e.chunk_size, e.queue_depth, e.threads), (256 << 10, 64, 2));
         assert_eq!((e.parallel, e.split_size), (3, 64 << 20));
-        assert_eq!(e.set.len(), 7);
+        assert_eq!(e.set.len(), 8);
+        let b = with(&[("FGDS_BOUNCE_READ", "buffered")]);
+        assert_eq!(b.bounce_read, BounceRead::Buffered);
         assert!(e.check().is_ok());
     }
 
@@ -261,9 +283,11 @@ mod tests {
             ("FGDS_THREADS", "x"),
             ("FGDS_PARALLEL", "0"),
             ("FGDS_SPLIT_SIZE", "5000"),
+            ("FGDS_BOUNCE_READ", "sometimes"),
         ]);
         assert_eq!(e.chunk_size, 1 << 20, "the default stays");
-        assert_eq!(e.errors.len(), 6);
+        assert_eq!(e.bounce_read, BounceRead::Auto, "the default stays");
+        assert_eq!(e.errors.len(), 7);
         let m = e.check().unwrap_err().to_string();
         for n in [
             "FGDS_CHUNK_SIZE=\"1000\"",
@@ -272,6 +296,7 @@ mod tests {
             "FGDS_THREADS=\"x\"",
             "FGDS_PARALLEL=\"0\"",
             "FGDS_SPLIT_SIZE=\"5000\"",
+            "FGDS_BOUNCE_READ=\"sometimes\"",
         ] {
             assert!(m.contains(n), "{m}");
         }

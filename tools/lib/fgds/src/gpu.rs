@@ -398,6 +398,35 @@ impl Runtime {
         self.check("MemcpyHtoD", (self.htod)(dst, src as *const c_void, len))
     }
 
+    /// Queues a host to device copy on this thread's copy stream of the
+    /// current context and returns that stream, for
+    /// [`Runtime::copy_stream_sync`]; without stream entry points (HIP) the
+    /// copy is made at once and `None` returned.
+    ///
+    /// # Safety
+    /// `src..src+len` must be pinned host memory that stays readable until
+    /// the stream was waited for, and `dst..dst+len` device memory.
+    pub unsafe fn htod_queue(&self, dst: u64, src: *const u8, len: usize) -> Result<Option<usize>> {
+        if let (Some(f), Some(s)) = (&self.stream, self.copy_stream()) {
+            self.check(
+                "MemcpyHtoDAsync",
+                (f.htod_async)(dst, src as *const c_void, len, s),
+            )?;
+            return Ok(Some(s as usize));
+        }
+        self.check("MemcpyHtoD", (self.htod)(dst, src as *const c_void, len))?;
+        Ok(None)
+    }
+
+    /// Waits for a stream [`Runtime::htod_queue`] returned.
+    ///
+    /// # Safety
+    /// `stream` came from [`Runtime::htod_queue`] on this thread.
+    pub unsafe fn copy_stream_sync(&self, stream: usize) -> Result<()> {
+        let f = self.stream_fns()?;
+        self.check("StreamSynchronize", (f.synchronize)(stream as *mut c_void))
+    }
+
     /// Device to host copy.
     ///
     /// # Safety

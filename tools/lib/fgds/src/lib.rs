@@ -18,7 +18,8 @@ pub use batch::{Batch, Event, IoHandle, IoParams, IoTarget, OwnedSegment, Status
 pub use buffer::{Buffer, BufferKind};
 pub use device::{list_devices, Device, DeviceInfo};
 pub use engine::{
-    read, readv, write, writev, Config, Op, Segment, Stats, FGDS_BATCH_IOV_MAX, FGDS_IOV_MAX,
+    read, readv, write, writev, BounceRead, Config, Op, Segment, Stats, FGDS_BATCH_IOV_MAX,
+    FGDS_IOV_MAX,
 };
 pub use error::{Error, Result};
 pub use file::FileHandle;

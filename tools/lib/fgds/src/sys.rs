@@ -8,6 +8,10 @@
 //! with (the library builds without clang or a kernel tree);
 //! `tests/uapi.rs` compiles the header itself with the C compiler and
 //! checks every size, offset, ioctl number and constant here against it.
+//!
+//! It also holds the typed wrapper of one system call the libc crate does
+//! not bind on every architecture: `cachestat(2)` (Linux 6.5), which the
+//! bounce path asks how much of a range the page cache holds.
 
 /// Version of the interface this library was written against.
 pub const FGDS_API_VERSION: u32 = 1;
@@ -112,6 +116,66 @@ pub const FGDS_IOCTL_UNREG_BUFFER: u32 = iow(
 /// `FGDS_IOCTL_QUERY_BUFFER`.
 pub const FGDS_IOCTL_QUERY_BUFFER: u32 =
     iowr(FGDS_IOCTL_BASE, 0x03, std::mem::size_of::<FgdsBufferInfo>());
+
+// ---------------------------------------------------------------- cachestat(2)
+
+/// cachestat(2)'s number: 451 on every architecture (it came after the
+/// system call tables were unified).
+pub const SYS_CACHESTAT: libc::c_long = 451;
+
+/// `struct cachestat_range` (`include/uapi/linux/mman.h`).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CachestatRange {
+    /// First byte.
+    pub off: u64,
+    /// Bytes (0: to the end of the file).
+    pub len: u64,
+}
+
+/// `struct cachestat`: what cachestat(2) counts in a range, in pages.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Cachestat {
+    /// Pages in the page cache.
+    pub nr_cache: u64,
+    /// Of those, dirty.
+    pub nr_dirty: u64,
+    /// Of those, under writeback.
+    pub nr_writeback: u64,
+    /// Pages evicted.
+    pub nr_evicted: u64,
+    /// Pages evicted recently (would have stayed with more memory).
+    pub nr_recently_evicted: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<CachestatRange>() == 16);
+const _: () = assert!(std::mem::size_of::<Cachestat>() == 40);
+
+/// `cachestat(fd, {off, len}, &out, 0)`: the page cache's state of
+/// `[off, off + len)` of the file open at `fd`. `ENOSYS` before Linux 6.5
+/// (or under a seccomp filter that does not know it), `EOPNOTSUPP` on
+/// hugetlbfs; the caller decides what to do without the answer.
+pub fn cachestat(fd: std::os::fd::RawFd, off: u64, len: u64) -> std::io::Result<Cachestat> {
+    let fd = u32::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    let range = CachestatRange { off, len };
+    let mut out = Cachestat::default();
+    // SAFETY: cachestat reads `range` and writes `out`, both live, correctly
+    // laid out locals; flags must be 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd as libc::c_uint,
+            &range as *const CachestatRange,
+            &mut out as *mut Cachestat,
+            0 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(out)
+}
 
 #[cfg(test)]
 mod tests {

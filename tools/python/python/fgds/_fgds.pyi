@@ -72,6 +72,7 @@ class File:
         direct: bool = True,
         parallel: Optional[int] = None,
         split_size: Optional[int] = None,
+        bounce_read: Optional[str] = None,
     ) -> "File": ...
     @staticmethod
     def from_fd(
@@ -84,6 +85,7 @@ class File:
         direct: bool = True,
         parallel: Optional[int] = None,
         split_size: Optional[int] = None,
+        bounce_read: Optional[str] = None,
     ) -> "File": ...
     def pread(
         self, buf: _Memory, size: Optional[int] = None, file_offset: int = 0, buf_offset: int = 0
