@@ -611,13 +611,16 @@ pub(crate) struct QueuedCopy {
 }
 
 impl QueuedCopy {
-    /// Waits for the copy (and whatever else is queued on its stream).
-    pub fn wait(&self) -> Result<()> {
+    /// Waits for the copy (and whatever else is queued on its stream);
+    /// with `sleep`, sleeping rather than spinning
+    /// ([`Runtime::copy_stream_sync`]).
+    pub fn wait(&self, sleep: bool) -> Result<()> {
         if self.ctx != 0 {
             self.rt.set_context(self.ctx)?;
         }
-        // SAFETY: the stream came from htod_queue on this thread.
-        unsafe { self.rt.copy_stream_sync(self.stream) }
+        // SAFETY: the stream came from htod_queue on this thread, and its
+        // context is current.
+        unsafe { self.rt.copy_stream_sync(self.stream, sleep) }
     }
 
     /// Whether it is the same stream as `other`'s.

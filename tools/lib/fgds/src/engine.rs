@@ -696,7 +696,16 @@ impl Slots {
 struct Copies {
     streams: Vec<QueuedCopy>,
     busy: Vec<Staging>,
+    /// Bytes queued since the last wait.
+    bytes: usize,
 }
+
+/// Queued bytes from which a wait sleeps rather than spins: a few
+/// microseconds of a sleeping thread's wake-up are nothing against such a
+/// copy, and the spinning would cost a CPU for its whole length (the warm
+/// one-call rows of the GPU suite wait for 4 MiB at a time on each of 16
+/// threads); a small call's one short copy is waited for spinning.
+const SLEEPING_WAIT_BYTES: usize = 1 << 20;
 
 impl Copies {
     /// Notes a queued copy's stream.
@@ -709,8 +718,10 @@ impl Copies {
     /// Waits for every queued copy and returns the buffers to `free`.
     fn wait(&mut self, free: &mut Vec<Staging>) -> Result<()> {
         let mut first: Option<Error> = None;
+        let sleep = self.bytes >= SLEEPING_WAIT_BYTES;
+        self.bytes = 0;
         for q in self.streams.drain(..) {
-            if let Err(e) = q.wait() {
+            if let Err(e) = q.wait(sleep) {
                 first.get_or_insert(e);
             }
         }
@@ -744,11 +755,12 @@ impl Drop for Copies {
 /// `cachestat(2)` counts (a probe of one byte at up to 4 places with
 /// `RWF_NOWAIT` where it is missing); `None` when neither can tell.
 fn mostly_cached(file: &FileHandle, start: u64, end: u64) -> Option<bool> {
-    let size = file.size().ok()?;
-    let end = end.min(size);
     if start >= end {
-        return Some(true); // nothing to read: whichever way
+        return Some(true);
     }
+    // Pages past the end of the file count as not cached: a read that runs
+    // past it may go O_DIRECT, which reads what there is as well (and every
+    // call is spared an fstat).
     let fd = file.buffered.as_raw_fd();
     let ps = page_size() as u64;
     match crate::sys::cachestat(fd, start, end - start) {
@@ -820,6 +832,7 @@ fn copy_out(
         // SAFETY: src is a bounce buffer, which stays alive and untouched
         // until `copies` was waited for (the caller puts it there).
         if let Some(q) = unsafe { bufs[b].write_bytes_queued(off, s) }? {
+            copies.bytes += k;
             copies.queued(q);
             queued = true;
         }
@@ -874,6 +887,7 @@ fn run_pieces(
     let mut copies = Copies {
         streams: Vec::new(),
         busy: Vec::new(),
+        bytes: 0,
     };
 
     with_backend(cfg, pieces.len(), |be| -> Result<()> {

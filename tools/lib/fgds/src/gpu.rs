@@ -41,6 +41,13 @@ type FnDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) ->
 type FnMemsetAsync = unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> c_int;
 type FnMemset32Async = unsafe extern "C" fn(u64, c_uint, usize, *mut c_void) -> c_int;
 type FnCtxGet = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+type FnEventCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+type FnEventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type FnEvent = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`: a wait for the event
+/// sleeps rather than spins.
+const EVENT_BLOCKING_NO_TIMING: c_uint = 0x1 | 0x2;
 
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
 pub const STREAM_NON_BLOCKING: c_uint = 1;
@@ -59,6 +66,9 @@ struct StreamFns {
     memset_async: FnMemsetAsync,
     memset32_async: FnMemset32Async,
     ctx_get: FnCtxGet,
+    /// `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`: the bounce
+    /// path's sleeping waits (spinning waits without them).
+    events: Option<(FnEventCreate, FnEventRecord, FnEvent)>,
 }
 
 impl StreamFns {
@@ -75,6 +85,14 @@ impl StreamFns {
             memset_async: sym(lib, kind, "cuMemsetD8Async")?,
             memset32_async: sym(lib, kind, "cuMemsetD32Async")?,
             ctx_get: sym(lib, kind, "cuCtxGetCurrent")?,
+            events: match (
+                sym(lib, kind, "cuEventCreate"),
+                sym(lib, kind, "cuEventRecord"),
+                sym(lib, kind, "cuEventSynchronize"),
+            ) {
+                (Ok(c), Ok(r), Ok(w)) => Some((c, r, w)),
+                _ => None,
+            },
         })
     }
 }
@@ -82,6 +100,9 @@ impl StreamFns {
 thread_local! {
     /// This thread's non-blocking copy streams, by context: `(context, stream)`.
     static COPY_STREAMS: std::cell::RefCell<Vec<(usize, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's blocking-sync events, by context: `(context, event)`.
+    static COPY_EVENTS: std::cell::RefCell<Vec<(usize, usize)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -418,12 +439,42 @@ impl Runtime {
         Ok(None)
     }
 
-    /// Waits for a stream [`Runtime::htod_queue`] returned.
+    /// Waits for a stream [`Runtime::htod_queue`] returned. With `sleep`,
+    /// on a blocking-sync event recorded on it, so that the thread sleeps
+    /// rather than spins (CUDA's default for a process with fewer contexts
+    /// than CPUs) while long copies run; else, or without event entry
+    /// points, `cuStreamSynchronize`.
     ///
     /// # Safety
-    /// `stream` came from [`Runtime::htod_queue`] on this thread.
-    pub unsafe fn copy_stream_sync(&self, stream: usize) -> Result<()> {
+    /// `stream` came from [`Runtime::htod_queue`] on this thread, whose
+    /// current context is the stream's.
+    pub unsafe fn copy_stream_sync(&self, stream: usize, sleep: bool) -> Result<()> {
         let f = self.stream_fns()?;
+        if let (true, Some((create, record, wait))) = (sleep, f.events) {
+            let mut ctx: *mut c_void = std::ptr::null_mut();
+            if (f.ctx_get)(&mut ctx) == 0 && !ctx.is_null() {
+                let ev = COPY_EVENTS.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if let Some(&(_, e)) = c.iter().find(|(x, _)| *x == ctx as usize) {
+                        return Some(e);
+                    }
+                    let mut e: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: e is a valid out pointer; a context is current.
+                    if unsafe { create(&mut e, EVENT_BLOCKING_NO_TIMING) } != 0 {
+                        return None;
+                    }
+                    c.push((ctx as usize, e as usize));
+                    Some(e as usize)
+                });
+                if let Some(e) = ev {
+                    self.check(
+                        "EventRecord",
+                        record(e as *mut c_void, stream as *mut c_void),
+                    )?;
+                    return self.check("EventSynchronize", wait(e as *mut c_void));
+                }
+            }
+        }
         self.check("StreamSynchronize", (f.synchronize)(stream as *mut c_void))
     }
 
