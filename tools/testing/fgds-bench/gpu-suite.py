@@ -6,7 +6,9 @@
    warm (read once before): the disk's parallel O_DIRECT ceiling and the
    page cache's (a pool of pread threads into host memory); fgds as one
    call (`File.pread` of the whole file; the same with `parallel=1`, the
-   calling thread alone; warm, with 8 MiB chunks in 4 MiB parts), as a
+   calling thread alone; with the bounce reads forced through the page
+   cache and forced O_DIRECT, `bounce_read=`; warm, with 8 MiB chunks in
+   4 MiB parts), as a
    batch (64 x 32 MiB requests) and into host memory (its O_DIRECT path,
    one call and batch); plain read + copy; a pinned double-buffered loop;
    KvikIO (its defaults, and 16 threads); torch.cuda.gds (how it fails, if
@@ -464,6 +466,10 @@ def part_file(s, d):
         m("fgds batch (host)", host_batch, same_host)
         m("fgds one call", fgds_read, same)
         m("fgds one call, parallel=1", lambda: fgds_read(parallel=1), same)
+        # the bounce path's two ways into the bounce buffers, forced (the
+        # default chooses from cachestat(2): buffered warm, O_DIRECT cold)
+        m("fgds one call, bounce_read=buffered", lambda: fgds_read(bounce_read="buffered"), same)
+        m("fgds one call, bounce_read=direct", lambda: fgds_read(bounce_read="direct"), same)
         if cache == "warm":
             m("fgds one call, 8M chunks, 4M split", lambda: fgds_read(chunk_size=8 << 20, split_size=4 << 20), same)
         m("fgds batch", fgds_read_batch, same)

@@ -5,8 +5,8 @@
 bytes and a Batch, into and out of CUDA memory (the page-cache bounce path
 where no fgds node serves the GPU) and into host memory (O_DIRECT), page
 cache warm. Small calls (64 KiB and 1 MiB in 4 segments, each segment its
-own allocation, as in the VM suite's fgds-vec rows) are repeated and timed
-together. Every result is compared with the file. Prints a line per row and
+own allocation, as in the VM suite's fgds-vec rows, and the same 4
+segments side by side in one allocation) are repeated and timed together. Every result is compared with the file. Prints a line per row and
 writes JSON (--json); report.py renders it under section 3.
 
     gpu-vec.py [--dir DIR] [--file-gib N] [--json OUT]
@@ -125,6 +125,13 @@ def main():
                         f.readv(bufs[1:], o)
                 return offs[-1]
 
+            def vector_one():
+                q = size // 4
+                with fgds.File(path, "r") as f:
+                    for o in offs:
+                        f.readv([(bufs[0], i * q, q) for i in range(4)], o)
+                return offs[-1]
+
             def check_plain(o):
                 return torch.equal(got(bufs[0], size), ref[o : o + size])
 
@@ -134,6 +141,9 @@ def main():
             kind = f"{size >> 10} KiB x {reps} into {target}"
             row(kind, "pread", size * reps, plain, check_plain)
             row(kind, "readv, 4 segments in 4 buffers", size * reps, vector, check_vec)
+            # the same segments side by side in one buffer: one copy where
+            # 4 buffers take 4 (what an extra segment costs beyond its copy)
+            row(kind, "readv, 4 segments in 1 buffer", size * reps, vector_one, check_plain)
             for b in bufs:
                 b.close()
 
