@@ -31,8 +31,11 @@ mincore(2) before each round and recorded.
 
 Prints a table and writes JSON (--json, rewritten after every row, so a run
 cut short keeps what it measured); report.py turns it into
-docs/benchmarks.md section 3. The whole run took 268 s on the H200 machine
-(4 GiB file, 2 GiB state dict, 3 rounds).
+docs/benchmarks.md section 3. The whole run took 286 s on the H200 machine
+(4 GiB file, 2 GiB state dict, 3 rounds); the published one ran in one call
+with gpu-vec.py before it (--json $OUT/gpu-vec.json, same --dir) and
+gpu-vec.py with main's wheel after it (its own --target, --json
+$OUT/gpu-vec-main.json), 364 s in all.
 
 On the GPU machine (the `run` tool; nothing can be downloaded there), built
 and downloaded here, carried in build/ (ignored by git, named in `carry`):

@@ -10,7 +10,9 @@ inputs) holds vm-suite.json (make bench), host-suite.json
 (tools/testing/fgds-bench/host-suite.sh) and gpu-suite.json (gpu-suite.py on
 the GPU machine); one missing there is taken from the inputs kept in
 docs/benchmarks/ (and said so), one missing in both is reported as not run.
-gpu-vec.json (gpu-vec.py) is taken the same way. Plots go to
+gpu-vec.json (gpu-vec.py) is taken the same way, and so is
+gpu-vec-main.json (gpu-vec.py run with main's wheel, the code before a
+change, in the same call), shown beside it where present. Plots go to
 docs/benchmarks/ (plot.py for the VM and host suites, bar charts for the GPU
 suite).
 """
@@ -417,32 +419,57 @@ def gpu_targets(rows, h):
     ho, hc = get("file", "cold", "fgds one call (host)"), get("file", "cold", "fgds one call")
     if fst and mine and mine["mib_per_s"] < fst["mib_per_s"]:
         why.append(
-            "- fgds.safetensors against fastsafetensors, cold: fastsafetensors' no-GDS copier reads with"
-            " O_DIRECT into its bounce buffer (its default; `FASTSAFETENSORS_ODIRECT=0` turns it off), fgds's"
-            " bounce path into GPU memory reads through the page cache, which behind a cold cache is slower"
-            " on this disk"
-            + (f" (fgds's own O_DIRECT path into host memory: {ho['mib_per_s']:.0f} MiB/s; its page-cache"
-               f" bounce into the GPU: {hc['mib_per_s']:.0f})" if ho and hc else "")
-            + ". An O_DIRECT bounce path for ranges the page cache does not hold (cachestat(2) says how much"
-            " of a range it holds) would close it; it is not written yet.")
+            "- fgds.safetensors against fastsafetensors, cold: both read with O_DIRECT into pinned bounce"
+            " buffers (fastsafetensors' no-GDS default, fgds's bounce path on an uncached range) and copy to"
+            " the GPU; the cold rows are the virtual disk's speed, whoever reads"
+            + (f" (fgds's O_DIRECT path into host memory: {ho['mib_per_s']:.0f} MiB/s; one call into the GPU:"
+               f" {hc['mib_per_s']:.0f})" if ho and hc else "")
+            + ", and the difference is inside the rounds' spread of rows that do the same thing.")
+    oc, best_cold = get("file", "cold", "fgds one call"), None
+    cold_apis = [r for r in rows if "error" not in r and r["part"] == "file" and r.get("cache") == "cold"
+                 and r["engine"].startswith("fgds") and "(host)" not in r["engine"]]
+    if cold_apis:
+        best_cold = max(cold_apis, key=lambda r: r["mib_per_s"])
+    od = get("file", "cold", "fgds one call, bounce_read=direct")
+    if oc and best_cold and oc["mib_per_s"] < 0.9 * best_cold["mib_per_s"]:
+        why.append(
+            f"- One call, cold, against {best_cold['engine']}: the default call chose O_DIRECT on every part"
+            " (cachestat found nothing cached)"
+            + (f", the same path as the `bounce_read=direct` row ({od['mib_per_s']:.0f} MiB/s)" if od else "")
+            + "; the rows differ by the virtual disk's swings between rows of one run (the cold rows of"
+            " every reader range over 10-20% here, in no fixed order), not by what the library does.")
+    for cache in caches:
+        ho2, hb2 = get("file", cache, "fgds one call (host)"), get("file", cache, "fgds batch (host)")
+        if ho2 and hb2 and ho2["mib_per_s"] < 0.9 * hb2["mib_per_s"]:
+            why.append(
+                f"- O_DIRECT into host memory, {cache}: one call {ho2['mib_per_s']:.0f} MiB/s"
+                f" ({ho2['mib_per_s_min']:.0f}-{ho2['mib_per_s_max']:.0f}) against the batch's"
+                f" {hb2['mib_per_s']:.0f} ({hb2['mib_per_s_min']:.0f}-{hb2['mib_per_s_max']:.0f}): O_DIRECT skips"
+                " the page cache, so these rows are the virtual disk's speed warm or cold; the rounds overlap,"
+                " and the two rows swap places from run to run (the cold pair of this run:"
+                + (f" {get('file', 'cold', 'fgds one call (host)')['mib_per_s']:.0f} and"
+                   f" {get('file', 'cold', 'fgds batch (host)')['mib_per_s']:.0f})."
+                   if get("file", "cold", "fgds one call (host)") and get("file", "cold", "fgds batch (host)")
+                   else " not run).")
+            )
     if "missed" in text and "CPU s/GiB" in text:
         p1 = get("file", "cold", "fgds one call, parallel=1")
+        cb = get("file", "cold", "fgds one call, bounce_read=buffered")
         why.append(
-            "- CPU per GiB: the fast rows pay for their speed. Warm, every byte is copied by the CPU out of the"
-            " page cache, and at 40+ GB/s 16 threads share the memory bandwidth: 16 buffered pread threads into"
-            " host memory alone cost"
+            "- CPU per GiB: the fast warm rows pay for their speed. Warm, every byte is copied by the CPU out"
+            " of the page cache, and at 40+ GB/s 16 threads share the memory bandwidth: 16 buffered pread"
+            " threads into host memory alone cost"
             + (f" {pool['cpu_s_per_gib']:.2f} CPU s/GiB" if pool else " as much")
             + ", and KvikIO with 16 threads as much as fgds; KvikIO's default single thread is cheaper per GiB"
-            " at a seventh of the speed. On top of the copy, each thread waits for its copies to the GPU in"
-            " cuStreamSynchronize, which spins under CUDA's default scheduling (a process with fewer CUDA"
-            " contexts than CPUs). Cold, the disk sets the speed and more threads only add work:"
-            + (f" one call on one thread ran at {p1['mib_per_s']:.0f} MiB/s for {p1['cpu_s_per_gib']:.2f} CPU s/GiB,"
-               f" on 16 at {hc['mib_per_s']:.0f} for {hc['cpu_s_per_gib']:.2f}" if p1 and hc else "")
-            + " (16 readers of one uncached file contend in the page cache: the buffered pread pool and KvikIO"
-            " with 16 threads pay over 3 CPU s/GiB there). Fewer threads for an uncached range, or the O_DIRECT"
-            " bounce path above, would bring cold CPU down to the single-thread figure; neither is written yet."
-            " The page-cache writes take one thread (an inode lock serialises them) and spin on each copy out of"
-            " the GPU.")
+            " at an eighth of the speed. The waits for the copies to the GPU sleep on a blocking-sync event"
+            " once a thread has 1 MiB or more queued (a spinning cuStreamSynchronize before), so what is left"
+            " is the page cache's copy."
+            + (f" Cold, the O_DIRECT bounce skips that copy: one call costs {hc['cpu_s_per_gib']:.2f} CPU s/GiB"
+               f" where the same call through the page cache (`bounce_read=buffered`) costs"
+               f" {cb['cpu_s_per_gib']:.2f}" if hc and cb else "")
+            + (f" and one thread {p1['cpu_s_per_gib']:.2f}" if p1 else "")
+            + ". The page-cache writes take one thread (an inode lock serialises them), whose buffered writes"
+            " io_uring hands to its workers, and wait for each copy out of the GPU before its write.")
     if why:
         out += ["", "Why the misses:", ""] + why
     return out
@@ -474,10 +501,13 @@ def gpu_section(doc, img):
            + " of the file's pages resident."
            if h.get("drop_caches") else
            "The page cache could not be dropped here (no root), so every row is warm."),
-        "There is no NVMe and no fgds module on this machine: fgds's GPU rows take its page-cache bounce",
-        "path (buffered reads into pinned host buffers, copies to the GPU), the rows marked (host) its",
-        "O_DIRECT path into host memory; `torch.cuda.gds` and its checkpoint recipe need a registered",
-        "cuFile handle, which this machine refuses. The cold rows are the virtual disk's speed, whoever reads.",
+        "There is no NVMe and no fgds module on this machine: fgds's GPU rows take its bounce path (reads",
+        "into pinned host buffers, through the page cache where `cachestat(2)` finds at least half of the",
+        "range there and with O_DIRECT elsewhere, so warm rows read through the page cache and cold rows",
+        "O_DIRECT; the `bounce_read=` rows force either; copies to the GPU queued on a stream), the rows",
+        "marked (host) its O_DIRECT path into host memory; `torch.cuda.gds` and its checkpoint recipe need",
+        "a registered cuFile handle, which this machine refuses. The cold rows are the virtual disk's speed,",
+        "whoever reads.",
         "",
     ]
     for part, title in GPU_PARTS:
@@ -499,13 +529,18 @@ def gpu_section(doc, img):
     return "\n".join(out)
 
 
-def gpu_vec_section(doc):
+def gpu_vec_section(doc, before=None):
     """gpu-vec.py's rows (docs/benchmarks/gpu-vec.json): one readv/writev
-    against one pread/pwrite of the same bytes."""
+    against one pread/pwrite of the same bytes; `before` (gpu-vec-main.json,
+    the same program with the previous wheel in the same call), if given,
+    beside each row."""
     rows = doc["rows"]
-    out = ["Vectored calls against plain ones (`tools/testing/fgds-bench/gpu-vec.py`, a second run on",
-           "the same kind of machine with the same code; page cache warm; median of 3 rounds, 2 for",
-           "writes; every result compared with the file):", ""]
+    old = {(r["kind"], r["api"]): r for r in (before or {}).get("rows", []) if "error" not in r}
+    out = ["Vectored calls against plain ones (`tools/testing/fgds-bench/gpu-vec.py`, run on the same",
+           "machine in the same call as the suite, just before it; page cache warm; median of 3 rounds, 2 for",
+           "writes; every result compared with the file)"
+           + (", and the same program with main's wheel from before the bounce path's queued copies, run"
+              " in the same call just after the suite:" if old else ":"), ""]
     lines, verdicts = [], []
     kinds = []
     for r in rows:
@@ -514,37 +549,102 @@ def gpu_vec_section(doc):
     for k in kinds:
         rs = [r for r in rows if r["kind"] == k]
         base = next((r for r in rs if r["api"] in ("pread", "pwrite") and "error" not in r), None)
+        obase = old.get((k, base["api"])) if base else None
         for r in rs:
+            o = old.get((k, r["api"]))
+            was = [f"{o['mib_per_s']:.0f}", f"{o['mib_per_s'] / obase['mib_per_s']:.2f}" if obase else "-"] \
+                if o else ["-", "-"]
             if "error" in r:
-                lines.append([k, r["api"], "failed", "-", r["error"]])
+                lines.append([k, r["api"], "failed", "-", r["error"]] + (was if old else []))
                 continue
             rel = f"{r['mib_per_s'] / base['mib_per_s']:.2f}" if base else "-"
             ident = {True: "yes", False: "NO"}.get(r.get("identical"), "-")
-            lines.append([k, r["api"], spread(r), rel, ident])
+            lines.append([k, r["api"], spread(r), rel, ident] + (was if old else []))
             if base and r is not base and r["api"].startswith(("readv", "writev")):
                 x = r["mib_per_s"] / base["mib_per_s"]
                 verdicts.append(f"{k}, {r['api']}: " + (f"met ({x:.2f}x)" if x >= 0.9 else
                                 f"missed by {(1 - x / 0.9) * 100:.0f}% ({x:.2f}x)"))
-    out += [table(["transfer", "call", "MiB/s", "x the plain call", "identical"], lines), ""]
+    head = ["transfer", "call", "MiB/s", "x the plain call", "identical"]
+    if old:
+        head += ["before: MiB/s", "before: x the plain call"]
+    out += [table(head, lines), ""]
     if verdicts:
         out += ["- one readv/writev >= 0.9x one pread/pwrite of the same bytes: " + "; ".join(verdicts), ""]
-    small = [r for r in rows if r["kind"].startswith("64 KiB") and "cuda" in r["kind"]]
-    if len(small) == 2 and all("error" not in r for r in small):
-        p, v = small
-        per = (64 << 10) / 2**20
-        tp, tv = per / p["mib_per_s"] * 1e6, per / v["mib_per_s"] * 1e6
+    others = []
+    for r in rows:
+        if "error" in r or not r["api"].startswith(("readv", "writev")) or r["kind"].startswith("64 KiB x 2000 into cuda"):
+            continue
+        base = next((b for b in rows if b["kind"] == r["kind"] and b["api"] in ("pread", "pwrite") and "error" not in b), None)
+        if not base or r["mib_per_s"] >= 0.9 * base["mib_per_s"]:
+            continue
+        o, ob = old.get((r["kind"], r["api"])), old.get((r["kind"], base["api"]))
+        others.append(
+            f"{r['kind']}, {r['api']}: {r['mib_per_s'] / base['mib_per_s']:.2f}x"
+            + (f" here, {o['mib_per_s'] / ob['mib_per_s']:.2f}x with main's wheel in the same call" if o and ob else "")
+            + (" (writes from GPU memory take the same path as before: a copy out of the GPU, then a buffered"
+               " write of each piece)" if r["api"].startswith("writev") else
+               " (one read and one copy per call: the plain call's work)" if "1 buffer" in r["api"] else "")
+            + f"; the plain call's rounds ranged {base['mib_per_s_min']:.0f}-{base['mib_per_s_max']:.0f},"
+            f" this row's {r['mib_per_s_min']:.0f}-{r['mib_per_s_max']:.0f}")
+    if others:
+        out += ["The other misses are not profiled; the paths they take did not change or do the plain call's"
+                " work, and these rows swing between rounds and runs on this machine: " + "; ".join(others) + ".", ""]
+    # plain calls against main's wheel: what the new path costs a small call
+    slower = []
+    for r in rows:
+        o = old.get((r["kind"], r["api"]))
+        if "error" in r or r["api"] != "pread" or "cuda" not in r["kind"] or not o:
+            continue
+        if r["mib_per_s"] < 0.95 * o["mib_per_s"]:
+            n = int(r["kind"].split()[0]) << 10
+            t, to = n / 2**20 / r["mib_per_s"] * 1e6, n / 2**20 / o["mib_per_s"] * 1e6
+            slower.append(f"{r['kind']}: {r['mib_per_s']:.0f} MiB/s against {o['mib_per_s']:.0f} with main's wheel"
+                          f" ({t:.0f} us a call against {to:.0f})")
+    if slower:
         out += [
-            f"Why the small vectored calls into CUDA memory miss: a 64 KiB pread took {tp:.0f} us, a readv of",
-            f"4 x 16 KiB {tv:.0f} us. On the bounce path every segment is a read into a pinned buffer and a",
-            "synchronous copy to the GPU (`cuMemcpyHtoDAsync` and `cuStreamSynchronize` on the thread's",
-            f"stream): 4 segments are 4 such waits where the plain call has one (about {(tv - tp) / 3:.0f} us more per",
-            "extra segment here; not profiled further). Queuing the copies of one call on the stream and waiting",
-            "once (or one `cuMemcpyBatchAsync`) would leave one wait per call; it is not written yet. Large",
-            "vectored calls are split over threads like plain ones and keep up. Into host memory (O_DIRECT,",
-            "the virtual disk) the library makes one system call either way (a READV of 4 iovecs, a READ),",
-            "so what the readv loses there (0.85-0.91x) is below the library; not investigated further.",
-            "",
+            "Plain calls of 1 MiB and less into CUDA memory are slower than with main's wheel: "
+            + "; ".join(slower) + ". Each call now asks `cachestat(2)` about its range (one system call) and"
+            " waits for its copy through the queued-copy path (one driver call more, `cuCtxSetCurrent`); and a"
+            " call that queued 1 MiB or more waits sleeping on a blocking-sync event, whose wake-up most likely"
+            " costs tens of microseconds on this machine, where the copy itself takes about 40. Sleeping only"
+            " in the waits that more pieces of the call follow, and spinning on a call's last one, would keep"
+            " the warm rows' CPU saving without this; it is not written yet.", ""]
+    small = {r["api"]: r for r in rows if r["kind"].startswith("64 KiB") and "cuda" in r["kind"] and "error" not in r}
+    p, v, v1 = (small.get(x) for x in ("pread", "readv, 4 segments in 4 buffers", "readv, 4 segments in 1 buffer"))
+    if p and v and v["mib_per_s"] < 0.9 * p["mib_per_s"]:
+        per = (64 << 10) / 2**20
+        us = lambda r: per / r["mib_per_s"] * 1e6  # noqa: E731
+        ov = old.get((v["kind"], v["api"]))
+        same_work = v1 and abs(v1["mib_per_s"] / v["mib_per_s"] - 1) < 0.1
+        out += [
+            f"Why the small vectored calls into CUDA memory still miss: a 64 KiB pread took {us(p):.0f} us, a readv",
+            f"of 4 x 16 KiB into 4 allocations {us(v):.0f} us"
+            + (f" ({us(ov):.0f} before)" if ov else "")
+            + (f", and into one allocation {us(v1):.0f} us" if v1 else "")
+            + ". The bounce path now reads the 4 neighbouring segments with one read into one pinned buffer",
+            "and queues their copies to the GPU on the thread's stream, waiting once per call (before: a",
+            "read and a synchronous copy per segment"
+            + (f", about {(us(ov) - us(old[(p['kind'], 'pread')])) / 3:.0f} us for each segment after the first"
+               if ov and (p["kind"], "pread") in old else "")
+            + ").",
         ]
+        if same_work:
+            out += [
+                "What is left is not the copies: the 4 segments side by side in one allocation, which the",
+                "engine reads and copies exactly as it does the pread (one read, one copy), cost as much as in",
+                f"4 allocations, so the {us(v1) - us(p):.0f} us are a fixed cost of a vectored call above the I/O",
+                "(the Python call with its list of 4 segments, the engine's planning of each); not profiled",
+                "further. Large vectored calls are split over threads like plain ones and keep up.",
+            ]
+        else:
+            out += [
+                "What is left is one `cuMemcpyHtoDAsync` per allocation, since memory in 4 allocations takes",
+                "4 copies"
+                + (f": about {(us(v) - us(v1)) / 3:.0f} us each here (the 4-allocation row less the 1-allocation"
+                   " one, over 3 extra copies)" if v1 else "")
+                + ". Large vectored calls are split over threads like plain ones and keep up.",
+            ]
+        out += [""]
     return "\n".join(out)
 
 
@@ -673,8 +773,13 @@ def main():
                 with open(os.path.join(img_dir, "gpu-vec.json"), "w") as f:
                     json.dump(vec, f, indent=1)
             vec = vec or load(os.path.join(img_dir, "gpu-vec.json"))
+            before = load(os.path.join(a.bench, "gpu-vec-main.json"))
+            if before and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                with open(os.path.join(img_dir, "gpu-vec-main.json"), "w") as f:
+                    json.dump(before, f, indent=1)
+            before = before or load(os.path.join(img_dir, "gpu-vec-main.json"))
             if vec:
-                parts.append(gpu_vec_section(vec))
+                parts.append(gpu_vec_section(vec, before))
     # the inputs go with the page, so that it can be checked and regenerated
     for n in ("vm", "host", "gpu"):
         if docs[n] and os.path.abspath(src[n]) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
