@@ -716,9 +716,12 @@ impl Copies {
     }
 
     /// Waits for every queued copy and returns the buffers to `free`.
-    fn wait(&mut self, free: &mut Vec<Staging>) -> Result<()> {
+    /// `more`: more pieces of the call follow (a wait that ends the call
+    /// spins: its caller waits for it, and a sleeping thread's wake-up
+    /// would add to the call's latency).
+    fn wait(&mut self, free: &mut Vec<Staging>, more: bool) -> Result<()> {
         let mut first: Option<Error> = None;
-        let sleep = self.bytes >= SLEEPING_WAIT_BYTES;
+        let sleep = more && self.bytes >= SLEEPING_WAIT_BYTES;
         self.bytes = 0;
         for q in self.streams.drain(..) {
             if let Err(e) = q.wait(sleep) {
@@ -746,7 +749,7 @@ impl Drop for Copies {
     fn drop(&mut self) {
         if !self.busy.is_empty() || !self.streams.is_empty() {
             let mut sink = Vec::new();
-            let _ = self.wait(&mut sink);
+            let _ = self.wait(&mut sink, false);
         }
     }
 }
@@ -940,7 +943,7 @@ fn run_pieces(
                                 && !copies.busy.is_empty()
                                 && (inflight == 0 || copies.busy.len() * 2 >= slots.max)
                             {
-                                if let Err(e) = copies.wait(&mut slots.free) {
+                                if let Err(e) = copies.wait(&mut slots.free, true) {
                                     err = Some(e);
                                     break;
                                 }
@@ -1104,7 +1107,7 @@ fn run_pieces(
             }
         }
     })?;
-    let waited = copies.wait(&mut slots.free);
+    let waited = copies.wait(&mut slots.free, false);
     if let Some(e) = err {
         return Err(e);
     }
