@@ -604,11 +604,10 @@ def gpu_vec_section(doc, before=None):
         out += [
             "Plain calls of 1 MiB and less into CUDA memory are slower than with main's wheel: "
             + "; ".join(slower) + ". Each call now asks `cachestat(2)` about its range (one system call) and"
-            " waits for its copy through the queued-copy path (one driver call more, `cuCtxSetCurrent`); and a"
-            " call that queued 1 MiB or more waits sleeping on a blocking-sync event, whose wake-up most likely"
-            " costs tens of microseconds on this machine, where the copy itself takes about 40. Sleeping only"
-            " in the waits that more pieces of the call follow, and spinning on a call's last one, would keep"
-            " the warm rows' CPU saving without this; it is not written yet.", ""]
+            " waits for its copy through the queued-copy path (one driver call more, `cuCtxSetCurrent`). (A"
+            " call's last wait spins; only the waits that more pieces of the call follow sleep on a"
+            " blocking-sync event, whose wake-up costs tens of microseconds on this machine.) Not profiled"
+            " further.", ""]
     small = {r["api"]: r for r in rows if r["kind"].startswith("64 KiB") and "cuda" in r["kind"] and "error" not in r}
     p, v, v1 = (small.get(x) for x in ("pread", "readv, 4 segments in 4 buffers", "readv, 4 segments in 1 buffer"))
     if p and v and v["mib_per_s"] < 0.9 * p["mib_per_s"]:
