@@ -23,11 +23,13 @@ check:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) $(VM)/check.sh
 
 # The driver's figures and the in-VM suite (every path side by side), on the
-# release kernel; rows in build/bench/vm-suite.json, plots in build/bench/plots.
+# release kernel; the driver's figures in build/bench/vm-driver.json, the
+# suite's rows in build/bench/vm-suite.json, plots in build/bench/plots.
 bench:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh bench
 	mkdir -p build/bench
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-suite.json build/bench/vm-suite.json
+	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-driver.json build/bench/vm-driver.json
 	$(BENCH)/plot.py build/bench/vm-suite.json build/bench/plots
 
 # The host suite: the library's engine against fio and a pread pool.

@@ -5,7 +5,7 @@
 # /fgds/out/vm-suite.json.
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
 cd /fgds/tests-bin-$FGDS_KCONFIG || exit 1
-./fgds_bench "$FGDS_EXT4/bench.bin"
+./fgds_bench "$FGDS_EXT4/bench.bin" /fgds/out/vm-driver.json
 echo
 echo "fgds-guest: in-VM suite (NVMe -> GPU stand-in, every path)"
 ./fgds_vmbench "$FGDS_EXT4/vmbench.bin" /fgds/out/vm-suite.json "$FGDS_CMB_BDF"

@@ -3,10 +3,17 @@
  * fgds_bench: the driver's figures, printed side by side with their
  * baselines in one run (not a test: nothing here passes or fails).
  *
- *  1. REG_BUFFER + mmap time for 4 KiB, 2 MiB, 64 MiB and 256 MiB.
- *  2. struct-page memory per GiB registered (nr_memmap_pages in /proc/vmstat).
+ *  1. REG_BUFFER + mmap time, first touch of every page and UNREG time for
+ *     4 KiB to 256 MiB, with the chunks and pages each registration made.
+ *  2. struct-page memory per GiB registered and with nothing registered
+ *     (nr_memmap_pages in /proc/vmstat: the kernel's count, not fgds's).
  *  3. O_DIRECT read throughput of one file into an fgds mapping against the
  *     same reads into host memory (the ceiling), and guest CPU time of each.
+ *
+ *	fgds_bench [FILE [JSON]]
+ *
+ * JSON gets 1 and 2 as tools/testing/fgds-bench/report.py reads them
+ * (make bench writes build/bench/vm-driver.json).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,9 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "kselftest.h"
+#include "fgds_test.h"
 #include "fgds_util.h"
 
 #define MiB (1024UL * 1024)
@@ -70,12 +80,18 @@ static double read_all(int fd, void *buf, size_t len, size_t bs, double *cpu_s)
 
 int main(int argc, char **argv)
 {
-	static const __u64 sizes[] = { 4096, 2 * MiB, 64 * MiB, 256 * MiB };
+	static const __u64 sizes[] = {
+		4096, 2 * MiB, 16 * MiB, 64 * MiB, 104 * MiB, 256 * MiB,
+	};
 	const char *path = argc > 1 ? argv[1] : "/mnt/ext4/bench.bin";
+	const char *json = argc > 2 ? argv[2] : NULL;
 	const size_t len = 256 * MiB;
+	long idle0, idle1, per_gib = -1;
+	struct utsname u;
 	struct fgds_vfio v;
 	struct fgds_buf b;
 	const char *why;
+	FILE *js = NULL;
 	void *host;
 	int fd, file;
 
@@ -84,12 +100,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fgds_bench: needs " FGDS_NODE " and the vfio stand-in\n");
 		return 1;
 	}
+	if (json) {
+		js = fopen(json, "w");
+		if (!js) {
+			fprintf(stderr, "fgds_bench: %s: %s\n", json, strerror(errno));
+			return 1;
+		}
+		uname(&u);
+		fprintf(js, "{\"driver\": {\"kernel\": \"%s\", \"registrations\": [", u.release);
+	}
 
-	printf("REG_BUFFER + mmap (+ first touch of every page) time:\n");
-	printf("  %-10s %12s %12s %14s\n", "size", "reg+mmap us", "fault us", "memmap KiB");
-	for (unsigned int i = 0; i < 4; i++) {
+	printf("REG_BUFFER + mmap, first touch of every page, UNREG (one at a time):\n");
+	printf("  %-10s %12s %12s %12s %8s %8s %12s\n", "size", "reg+mmap us", "fault us",
+	       "unreg us", "chunks", "pages", "memmap KiB");
+	idle0 = vmstat_value("nr_memmap_pages");
+	for (unsigned int i = 0; i < ARRAY_SIZE(sizes); i++) {
 		long m0 = vmstat_value("nr_memmap_pages"), m1;
-		double t0 = now(), t1, t2;
+		long long chunks, pages;
+		double t0 = now(), t1, t2, t3, t4;
 
 		if (fgds_buf_get(fd, &v, 0, sizes[i], &b)) {
 			fprintf(stderr, "fgds_bench: registration of %lu bytes failed\n",
@@ -101,13 +129,43 @@ int main(int argc, char **argv)
 			fgds_load(b.p + o);
 		t2 = now();
 		m1 = vmstat_value("nr_memmap_pages");
-		printf("  %-10lu %12.0f %12.0f %14ld\n", (unsigned long)sizes[i], (t1 - t0) * 1e6,
-		       (t2 - t1) * 1e6, (m1 - m0) * 4);
+		chunks = fgds_fdinfo_num(fd, "fgds-gpu-chunks");
+		pages = fgds_fdinfo_num(fd, "fgds-gpu-pages");
+		munmap(b.p, b.size);
+		t3 = now();
+		if (fgds_unreg(fd, b.cookie)) {
+			fprintf(stderr, "fgds_bench: UNREG of %lu bytes failed\n",
+				(unsigned long)sizes[i]);
+			return 1;
+		}
+		t4 = now();
+		close(b.dmabuf);
+		printf("  %-10lu %12.0f %12.0f %12.0f %8lld %8lld %12ld\n", (unsigned long)sizes[i],
+		       (t1 - t0) * 1e6, (t2 - t1) * 1e6, (t4 - t3) * 1e6, chunks, pages,
+		       (m1 - m0) * 4);
 		if (sizes[i] == 256 * MiB)
-			printf("struct-page memory: %ld KiB per GiB registered;\n"
-			       "remapping a whole BAR would cost the same per GiB of BAR,\n"
-			       "registered or not (2 GiB for a 128 GiB BAR1)\n", (m1 - m0) * 4 * 4);
-		fgds_buf_put(fd, &b);
+			per_gib = (m1 - m0) * 4 * 4;
+		if (js) {
+			fprintf(js, "%s{\"bytes\": %llu", i ? ", " : "",
+				(unsigned long long)sizes[i]);
+			fprintf(js, ", \"reg_mmap_us\": %.1f", (t1 - t0) * 1e6);
+			fprintf(js, ", \"fault_us\": %.1f", (t2 - t1) * 1e6);
+			fprintf(js, ", \"unreg_us\": %.1f", (t4 - t3) * 1e6);
+			fprintf(js, ", \"chunks\": %lld, \"pages\": %lld", chunks, pages);
+			fprintf(js, ", \"memmap_kib\": %ld}", (m1 - m0) * 4);
+		}
+	}
+	idle1 = vmstat_value("nr_memmap_pages");
+	printf("struct-page memory: %ld KiB per GiB registered; %ld KiB with nothing\n"
+	       "registered; remapping a whole BAR would cost the same per GiB of BAR,\n"
+	       "registered or not (2 GiB for a 128 GiB BAR1)\n", per_gib, (idle1 - idle0) * 4);
+	if (js) {
+		fprintf(js, "], \"memmap_kib_per_gib\": %ld, \"memmap_kib_idle\": %ld}}\n",
+			per_gib, (idle1 - idle0) * 4);
+		if (fclose(js)) {
+			fprintf(stderr, "fgds_bench: %s: %s\n", json, strerror(errno));
+			return 1;
+		}
 	}
 
 	/* the file, through host memory */
