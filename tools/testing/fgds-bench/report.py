@@ -680,6 +680,17 @@ def driver_section(doc):
             "times in microseconds:", "",
             table(["size", "REG_BUFFER + mmap", "first touch of every page", "UNREG", "UNREG / REG",
                    "chunks", "pages", "struct-page KiB"], rows), ""]
+    per = [r["unreg_us"] / r["chunks"] for r in d.get("registrations", [])
+           if r.get("unreg_us") is not None and r.get("chunks")]
+    if per:
+        out += [f"UNREG takes {min(per) / 1000:.0f}-{max(per) / 1000:.0f} ms per 2 MiB chunk the registration"
+                " made, whatever its size, while REG_BUFFER, which makes the chunks' struct pages, takes a"
+                " fraction of that: the cost is ours. Every chunk is a `dev_pagemap` of its own, and"
+                " `memunmap_pages()` (under `pci_p2pdma_memunmap()`) kills each pagemap's percpu reference and"
+                " waits for it to die, one chunk after the other: most likely an RCU grace period each, tens"
+                " of milliseconds under TCG (not traced). One pagemap per registration (which the vectored"
+                " rows above want too), or killing every chunk's reference before waiting for any, would"
+                " wait once; not done yet.", ""]
     if d.get("memmap_kib_per_gib") is not None:
         out.append(f"Struct-page memory: {d['memmap_kib_per_gib']:.0f} KiB per GiB registered; "
                    f"{d.get('memmap_kib_idle', 0):.0f} KiB with nothing registered.")
