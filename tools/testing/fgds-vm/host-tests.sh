@@ -72,11 +72,12 @@ check "toolchain: current root detected as ready" \
 	sh -c "FGDS_BUILD='$tmp/b1' '$FGDS_VM/toolchain.sh' --status | grep -qx ready"
 
 # The log scanner fails on each kind of report, passes on a clean log.
-printf '[    1.000000] hello\nfgds-guest: BUG: not a kernel line\n' >"$tmp/clean.log"
+printf '[    1.000000] hello\n[    1.000001] DMAR: IOMMU enabled\nfgds-guest: BUG: not a kernel line\n' >"$tmp/clean.log"
 check "scan-log passes a clean log" "$FGDS_VM/scan-log.sh" "$tmp/clean.log"
 for r in 'BUG: KASAN: slab-use-after-free in foo' 'WARNING: CPU: 0 PID: 1 at mm/gup.c:1 x' \
 	 'INFO: task fio:12 blocked for more than 60 seconds.' \
-	 'WARNING: possible circular locking dependency detected' 'Oops: 0000 [#1] SMP'; do
+	 'WARNING: possible circular locking dependency detected' 'Oops: 0000 [#1] SMP' \
+	 'DMAR: [DMA Write NO_PASID] Request device [0000:03:00.0] fault addr 0xc020400000'; do
 	printf '[    2.000000] %s\n' "$r" >"$tmp/bad.log"
 	check "scan-log fails on '${r%% *}...'" sh -c "! '$FGDS_VM/scan-log.sh' '$tmp/bad.log' 2>/dev/null"
 done

@@ -3,7 +3,8 @@
 #
 # Fail (exit 1, listing them) when a kernel console log holds a report that
 # means the kernel misbehaved, whatever the tests said: oops, BUG, WARN,
-# KASAN, UBSAN, lockdep, hung task, soft lockup, RCU stall, panic.
+# KASAN, UBSAN, lockdep, hung task, soft lockup, RCU stall, panic, and a DMA
+# fault (a DMA the IOMMU blocked).
 #
 # One exception: a report whose call trace runs in a KUnit doctest of the
 # kernel crate other than those of fgds's abstractions is upstream's (7.2's
@@ -15,7 +16,9 @@ ours='rust_doctest_kernel_(dma_buf|miscdevice|module_param|pci|pci_notifier|pci_
 pat='(Oops|BUG:|WARNING:|KASAN:|UBSAN:|general protection fault|Kernel panic|'
 pat+='possible circular locking|possible recursive locking|inconsistent lock state|'
 pat+='suspicious RCU usage|blocked for more than|soft lockup|hard LOCKUP|rcu_.*detected stalls|'
-pat+='kernel BUG at|Unable to handle|DEBUG_LOCKS_WARN_ON|ODEBUG:|unreferenced object)'
+pat+='kernel BUG at|Unable to handle|DEBUG_LOCKS_WARN_ON|ODEBUG:|unreferenced object|'
+# a DMA the IOMMU blocked (Intel, AMD)
+pat+='DMAR: \[DMA|IO_PAGE_FAULT)'
 # Split the log into reports (from an ODEBUG line or "cut here" to "end trace",
 # 150 lines at most) and the rest; the reports of upstream doctests go to
 # $upstream.

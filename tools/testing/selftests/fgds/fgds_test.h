@@ -230,6 +230,8 @@ static inline int fgds_kernel_reports_since(int mark)
 		"inconsistent lock state", "suspicious RCU usage", "blocked for more than",
 		"soft lockup", "hard LOCKUP", "detected stalls", "kernel BUG at",
 		"Unable to handle", "DEBUG_LOCKS_WARN_ON", "ODEBUG:",
+		/* a DMA the IOMMU blocked (Intel, AMD) */
+		"DMAR: [DMA", "IO_PAGE_FAULT",
 	};
 	char rec[8192];
 	int count = 0;
