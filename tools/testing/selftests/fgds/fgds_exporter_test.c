@@ -81,13 +81,7 @@ static int tpd_fd_ioctl(int tpd, unsigned long cmd, int dmabuf)
 
 static int host2(const char *op, __u64 seed, __u64 bar_off, __u64 len, __u64 pos)
 {
-	char ans[200];
-	int ret = fgds_host_req_at(FGDS_HOST2_DIR, op, seed, bar_off, len, pos, ans, sizeof(ans));
-
-	if (ret)
-		fprintf(stderr, "# host %s at %#llx+%#llx: %s\n", op, (unsigned long long)bar_off,
-			(unsigned long long)len, ans);
-	return ret;
+	return fgds_host_at(FGDS_HOST2_DIR, op, seed, bar_off, len, pos);
 }
 
 static int sysfs_printf(const char *val, const char *fmt, const char *arg)

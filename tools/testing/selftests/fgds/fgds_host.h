@@ -62,6 +62,19 @@ static inline int fgds_host_req_at(const char *dir, const char *op, __u64 seed,
 	}
 }
 
+/* fgds_host_req_at(), saying on stderr what the host answered when it was not "ok". */
+static inline int fgds_host_at(const char *dir, const char *op, __u64 seed, __u64 bar_off,
+			       __u64 len, __u64 pos)
+{
+	char ans[200];
+	int ret = fgds_host_req_at(dir, op, seed, bar_off, len, pos, ans, sizeof(ans));
+
+	if (ret)
+		fprintf(stderr, "# host %s at %#llx+%#llx: %s\n", op, (unsigned long long)bar_off,
+			(unsigned long long)len, ans);
+	return ret;
+}
+
 /* The first stand-in's BAR (FGDS_GPU_BDF). */
 static inline int fgds_host_req(const char *op, __u64 seed, __u64 bar_off, __u64 len,
 				__u64 pos, char *ans, size_t ans_len)
