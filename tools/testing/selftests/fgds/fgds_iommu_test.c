@@ -203,37 +203,6 @@ static int cpu_supports_p2pdma(void)
 	return !strcmp(vendor, "AuthenticAMD") && family >= 0x17;
 }
 
-/* DMA faults and kernel reports since @mark (which this closes). */
-static int faults_since(int mark, char *first, size_t len)
-{
-	char rec[8192];
-	int count = 0;
-	ssize_t n;
-
-	first[0] = 0;
-	if (mark < 0)
-		return -1;
-	for (;;) {
-		n = read(mark, rec, sizeof(rec) - 1);
-		if (n < 0 && (errno == EPIPE || errno == EINTR))
-			continue;
-		if (n <= 0)
-			break;
-		rec[n] = 0;
-		if (strstr(rec, "DMAR") || strstr(rec, "DMA fault") || strstr(rec, "WARNING:") ||
-		    strstr(rec, "BUG:") || strstr(rec, "KASAN:")) {
-			char *text = strchr(rec, ';');
-
-			if (!count++) {
-				snprintf(first, len, "%.*s", (int)len - 1, text ? text + 1 : rec);
-				first[strcspn(first, "\n")] = 0;
-			}
-		}
-	}
-	close(mark);
-	return count;
-}
-
 /* The number of IOMMU units the kernel found. */
 static int iommu_units(void)
 {
@@ -340,54 +309,6 @@ static int bind_test_exporter(const char *bdf)
 	return fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/bind", bdf);
 }
 
-/* vfio-pci with a type1 container on the stand-in's own IOMMU group. */
-static int vfio_type1_open(struct fgds_vfio *v, const char *bdf, const char **why)
-{
-	struct vfio_region_info reg = { .argsz = sizeof(reg), .index = FGDS_VRAM_REGION };
-	struct vfio_group_status st = { .argsz = sizeof(st) };
-	char group[64], type[32];
-	int g;
-
-	v->container = -1;
-	v->group = -1;
-	v->device = -1;
-	*why = "no IOMMU group";
-	g = group_of(bdf, type, sizeof(type));
-	if (g < 0)
-		return g;
-	snprintf(group, sizeof(group), "/dev/vfio/%d", g);
-	*why = "open /dev/vfio/vfio";
-	v->container = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
-	if (v->container < 0)
-		return -errno;
-	*why = "open the group";
-	v->group = open(group, O_RDWR | O_CLOEXEC);
-	if (v->group < 0)
-		return -errno;
-	*why = "the group is not viable (a device in it is bound to another driver)";
-	if (ioctl(v->group, VFIO_GROUP_GET_STATUS, &st))
-		return -errno;
-	if (!(st.flags & VFIO_GROUP_FLAGS_VIABLE))
-		return -EBUSY;
-	*why = "VFIO_GROUP_SET_CONTAINER";
-	if (ioctl(v->group, VFIO_GROUP_SET_CONTAINER, &v->container))
-		return -errno;
-	*why = "VFIO_SET_IOMMU(VFIO_TYPE1v2_IOMMU)";
-	if (ioctl(v->container, VFIO_SET_IOMMU, VFIO_TYPE1v2_IOMMU))
-		return -errno;
-	*why = "VFIO_GROUP_GET_DEVICE_FD";
-	v->device = ioctl(v->group, VFIO_GROUP_GET_DEVICE_FD, bdf);
-	if (v->device < 0)
-		return -errno;
-	*why = "VFIO_DEVICE_GET_REGION_INFO(BAR2)";
-	if (ioctl(v->device, VFIO_DEVICE_GET_REGION_INFO, &reg))
-		return -errno;
-	v->bar_size = reg.size;
-	v->bar_offset = reg.offset;
-	*why = NULL;
-	return 0;
-}
-
 FIXTURE(io) {
 	struct fgds_vfio v;
 	const char *bdf;
@@ -457,7 +378,7 @@ FIXTURE_SETUP(io)
 	} else {
 		self->bdf = getenv("FGDS_GPU_BDF");
 		self->host_dir = FGDS_HOST_DIR;
-		ret = vfio_type1_open(&self->v, self->bdf, &why);
+		ret = fgds_vfio_open_iommu(&self->v, self->bdf, VFIO_TYPE1v2_IOMMU, &why);
 		ASSERT_EQ(0, ret) TH_LOG("vfio %s: %s: %s", self->bdf, why, strerror(-ret));
 	}
 	for (i = 0; i < 100 && fgds_node_of(self->bdf, node, sizeof(node)); i++)
@@ -510,18 +431,6 @@ FIXTURE_TEARDOWN(io)
 		EXPECT_EQ(self->memmap, fgds_memmap_pages());
 }
 
-static int host_at(const char *dir, const char *op, __u64 seed, __u64 off, __u64 len,
-		   __u64 pos)
-{
-	char ans[200];
-	int ret = fgds_host_req_at(dir, op, seed, off, len, pos, ans, sizeof(ans));
-
-	if (ret)
-		fprintf(stderr, "# host %s at %#llx+%#llx: %s\n", op, (unsigned long long)off,
-			(unsigned long long)len, ans);
-	return ret;
-}
-
 /* Counts of the outcomes of the I/O into and out of the mapping. */
 struct outcomes {
 	int moved;
@@ -555,7 +464,7 @@ TEST_F_TIMEOUT(io, storage_io_every_byte_or_refused_untouched, 600)
 {
 	const __u64 seed = 0x10b00 + variant->bar_off / SZ_1M, off = variant->bar_off;
 	const char *dir = self->host_dir;
-	char nvme[32], where[64], first[256];
+	char nvme[32], where[64];
 	struct io_uring_cqe *cqe;
 	struct io_uring ring;
 	struct iovec iov[2];
@@ -581,26 +490,26 @@ TEST_F_TIMEOUT(io, storage_io_every_byte_or_refused_untouched, 600)
 
 	/* pread: disk seed, BAR seed ^ 0xff before. */
 	ASSERT_EQ(0, fgds_put_pattern(self->raw, 0, BUF_LEN, seed));
-	ASSERT_EQ(0, host_at(dir, "fill", seed ^ 0xff, off, BUF_LEN, 0));
+	ASSERT_EQ(0, fgds_host_at(dir, "fill", seed ^ 0xff, off, BUF_LEN, 0));
 	n = pread(self->raw, self->p, BUF_LEN, 0);
 	err = errno;
 	outcome(_metadata, &o, "pread", n, BUF_LEN, err, n == BUF_LEN ?
-		host_at(dir, "check", seed, off, BUF_LEN, 0) :
-		host_at(dir, "check", seed ^ 0xff, off, BUF_LEN, 0));
+		fgds_host_at(dir, "check", seed, off, BUF_LEN, 0) :
+		fgds_host_at(dir, "check", seed ^ 0xff, off, BUF_LEN, 0));
 
 	/* preadv, two segments swapped. */
-	ASSERT_EQ(0, host_at(dir, "fill", seed ^ 0xfe, off, BUF_LEN, 0));
+	ASSERT_EQ(0, fgds_host_at(dir, "fill", seed ^ 0xfe, off, BUF_LEN, 0));
 	iov[0] = (struct iovec){ self->p + SZ_1M, SZ_1M };
 	iov[1] = (struct iovec){ self->p, SZ_1M };
 	n = preadv(self->raw, iov, 2, 0);
 	err = errno;
 	outcome(_metadata, &o, "preadv", n, 2 * SZ_1M, err, n == 2 * SZ_1M ?
-		host_at(dir, "check", seed, off + SZ_1M, SZ_1M, 0) |
-		host_at(dir, "check", seed, off, SZ_1M, SZ_1M) :
-		host_at(dir, "check", seed ^ 0xfe, off, BUF_LEN, 0));
+		fgds_host_at(dir, "check", seed, off + SZ_1M, SZ_1M, 0) |
+		fgds_host_at(dir, "check", seed, off, SZ_1M, SZ_1M) :
+		fgds_host_at(dir, "check", seed ^ 0xfe, off, BUF_LEN, 0));
 
 	/* io_uring: NR_IOS reads at once. */
-	ASSERT_EQ(0, host_at(dir, "fill", seed ^ 0xfd, off, BUF_LEN, 0));
+	ASSERT_EQ(0, fgds_host_at(dir, "fill", seed ^ 0xfd, off, BUF_LEN, 0));
 	for (i = 0; i < NR_IOS; i++)
 		io_uring_prep_read(io_uring_get_sqe(&ring), self->raw, self->p + i * IO_LEN,
 				   IO_LEN, i * IO_LEN);
@@ -620,11 +529,11 @@ TEST_F_TIMEOUT(io, storage_io_every_byte_or_refused_untouched, 600)
 	if (err)
 		n = -1;
 	outcome(_metadata, &o, "io_uring read", n, BUF_LEN, err, n == BUF_LEN ?
-		host_at(dir, "check", seed, off, BUF_LEN, 0) :
-		host_at(dir, "check", seed ^ 0xfd, off, BUF_LEN, 0));
+		fgds_host_at(dir, "check", seed, off, BUF_LEN, 0) :
+		fgds_host_at(dir, "check", seed ^ 0xfd, off, BUF_LEN, 0));
 
 	/* pwrite out of the mapping: the host writes the BAR, the disk must get it or stay. */
-	ASSERT_EQ(0, host_at(dir, "fill", seed ^ 0xabcd, off, BUF_LEN, 0));
+	ASSERT_EQ(0, fgds_host_at(dir, "fill", seed ^ 0xabcd, off, BUF_LEN, 0));
 	n = pwrite(self->raw, self->p, BUF_LEN, 0);
 	err = errno;
 	ASSERT_EQ((ssize_t)BUF_LEN, pread(self->raw, tmp, BUF_LEN, 0));
@@ -632,8 +541,8 @@ TEST_F_TIMEOUT(io, storage_io_every_byte_or_refused_untouched, 600)
 		!!fgds_pattern_diff(tmp, BUF_LEN, seed ^ 0xabcd, 0) :
 		!!fgds_pattern_diff(tmp, BUF_LEN, seed, 0));
 
-	faults = faults_since(mark, first, sizeof(first));
-	EXPECT_EQ(0, faults) TH_LOG("DMA faults or reports: %s", first);
+	faults = fgds_kernel_reports_since(mark);
+	EXPECT_EQ(0, faults) TH_LOG("%d DMA faults or kernel reports (see the console)", faults);
 	ksft_print_msg("%s: %d moved every byte, %d refused with EINVAL, %d DMA faults\n",
 		       variant->exporter, o.moved, o.refused, faults);
 	EXPECT_EQ(expect_ok ? 4 : 0, o.moved);

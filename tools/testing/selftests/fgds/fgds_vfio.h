@@ -39,10 +39,17 @@ static inline const char *fgds_gpu_bdf(void)
 	return bdf ? bdf : "0000:04:00.0";
 }
 
-/* Opens the vfio device @bdf: returns 0 or a negative errno; @why says which step failed. */
-static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const char **why)
+/*
+ * Opens the vfio device @bdf in a container of @iommu (VFIO_NOIOMMU_IOMMU: the
+ * fixture's no-IOMMU mode; VFIO_TYPE1v2_IOMMU behind an IOMMU, whose group
+ * must be viable): returns 0 or a negative errno; @why says which step failed.
+ */
+static inline int fgds_vfio_open_iommu(struct fgds_vfio *v, const char *bdf, unsigned long iommu,
+				       const char **why)
 {
 	struct vfio_region_info reg = { .argsz = sizeof(reg), .index = FGDS_VRAM_REGION };
+	struct vfio_group_status st = { .argsz = sizeof(st) };
+	const int noiommu = iommu == VFIO_NOIOMMU_IOMMU;
 	char link[PATH_MAX], target[PATH_MAX], group[64];
 	ssize_t n;
 
@@ -54,13 +61,14 @@ static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const
 		return -errno;
 	}
 	target[n] = 0;
-	snprintf(group, sizeof(group), "/dev/vfio/noiommu-%s", basename(target));
+	snprintf(group, sizeof(group), "/dev/vfio/%s%s", noiommu ? "noiommu-" : "",
+		 basename(target));
 
 	*why = "open /dev/vfio/vfio";
 	v->container = open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC);
 	if (v->container < 0)
 		return -errno;
-	*why = "open the noiommu group";
+	*why = noiommu ? "open the noiommu group" : "open the group";
 	/*
 	 * A group has one opener at a time; the previous one may be a test
 	 * process whose io_uring workers still hold its files for a moment.
@@ -73,11 +81,17 @@ static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const
 	}
 	if (v->group < 0)
 		return -errno;
+	*why = "the group is not viable (a device in it is bound to another driver)";
+	if (ioctl(v->group, VFIO_GROUP_GET_STATUS, &st))
+		return -errno;
+	if (!(st.flags & VFIO_GROUP_FLAGS_VIABLE))
+		return -EBUSY;
 	*why = "VFIO_GROUP_SET_CONTAINER";
 	if (ioctl(v->group, VFIO_GROUP_SET_CONTAINER, &v->container))
 		return -errno;
-	*why = "VFIO_SET_IOMMU(VFIO_NOIOMMU_IOMMU)";
-	if (ioctl(v->container, VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU))
+	*why = noiommu ? "VFIO_SET_IOMMU(VFIO_NOIOMMU_IOMMU)" :
+			 "VFIO_SET_IOMMU(VFIO_TYPE1v2_IOMMU)";
+	if (ioctl(v->container, VFIO_SET_IOMMU, iommu))
 		return -errno;
 	*why = "VFIO_GROUP_GET_DEVICE_FD";
 	v->device = ioctl(v->group, VFIO_GROUP_GET_DEVICE_FD, bdf);
@@ -90,6 +104,12 @@ static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const
 	v->bar_offset = reg.offset;
 	*why = NULL;
 	return 0;
+}
+
+/* Opens the vfio device @bdf in the fixture's no-IOMMU mode. */
+static inline int fgds_vfio_open_bdf(struct fgds_vfio *v, const char *bdf, const char **why)
+{
+	return fgds_vfio_open_iommu(v, bdf, VFIO_NOIOMMU_IOMMU, why);
 }
 
 /* The GPU stand-in of the fixture (FGDS_GPU_BDF). */
