@@ -44,24 +44,30 @@ log "host tests and build took $(( $(date +%s) - start ))s"
 cat "$results/host.tap"
 cat "$results/exporters.tap" 2>/dev/null
 
+# The TAP lines of a boot: NAME (vm, vm-iommu), its build/ directory, whether
+# run-vm.sh succeeded; then its third line, given as "ok ..." or "not ok ...".
+boot_tap() {
+	local name=$1 dir=$2 ok=$3 third=$4 out=$2/out
+	echo "1..3"
+	if [ "$ok" = 1 ]; then echo "ok 1 $name: guest ran to completion, kernel log clean"
+	else echo "not ok 1 $name: guest ran to completion, kernel log clean"; fi
+	# A first boot that stopped without a word, and was run again.
+	sed "s/^/# $name: /" "$dir/retried" 2>/dev/null
+	if grep -q . "$out/kmemleak.txt" 2>/dev/null; then
+		echo "not ok 2 $name: kmemleak found leaks"; sed 's/^/# /' "$out/kmemleak.txt" | head -40
+	elif [ -f "$out/kmemleak.txt" ]; then echo "ok 2 $name: kmemleak clean"
+	else echo "ok 2 $name: kmemleak clean # SKIP kernel without kmemleak"; fi
+	echo "${third/ok/ok 3}"
+}
+
 vm_ok=1
 "$FGDS_VM/run-vm.sh" check || vm_ok=0
-out=$FGDS_BUILD/vm-$FGDS_KCONFIG/out
-{
-	echo "1..3"
-	if [ $vm_ok = 1 ]; then echo "ok 1 vm: guest ran to completion, kernel log clean"
-	else echo "not ok 1 vm: guest ran to completion, kernel log clean"; fi
-	# A first boot that stopped without a word, and was run again.
-	sed 's/^/# vm: /' "$FGDS_BUILD/vm-$FGDS_KCONFIG/retried" 2>/dev/null
-	if grep -q . "$out/kmemleak.txt" 2>/dev/null; then
-		echo "not ok 2 vm: kmemleak found leaks"; sed 's/^/# /' "$out/kmemleak.txt" | head -40
-	elif [ -f "$out/kmemleak.txt" ]; then echo "ok 2 vm: kmemleak clean"
-	else echo "ok 2 vm: kmemleak clean # SKIP kernel without kmemleak"; fi
-	n=$(ls "$out"/tap/*.tap 2>/dev/null | wc -l)
-	if [ "$n" -gt 0 ]; then echo "ok 3 vm: $n selftest programs ran"
-	else echo "not ok 3 vm: no selftest program ran"; fi
-} >"$results/vm.tap"
-cp "$out"/tap/*.tap "$results/" 2>/dev/null
+vm=$FGDS_BUILD/vm-$FGDS_KCONFIG
+n=$(ls "$vm"/out/tap/*.tap 2>/dev/null | wc -l)
+if [ "$n" -gt 0 ]; then third="ok vm: $n selftest programs ran"
+else third="not ok vm: no selftest program ran"; fi
+boot_tap vm "$vm" $vm_ok "$third" >"$results/vm.tap"
+cp "$vm"/out/tap/*.tap "$results/" 2>/dev/null
 
 # The IOMMU boot: the same kernel and machine behind QEMU's intel-iommu
 # (run-vm.sh iommu), for the selftests of fgds behind a translating IOMMU.
@@ -70,27 +76,15 @@ case ",${FGDS_TESTS:-fgds_iommu_test}," in
 *,fgds_iommu_test,*)
 	iommu_ok=1
 	FGDS_TESTS= "$FGDS_VM/run-vm.sh" iommu || iommu_ok=0
-	iout=$FGDS_BUILD/vm-$FGDS_KCONFIG-iommu/out
-	{
-		echo "1..3"
-		if [ $iommu_ok = 1 ]; then echo "ok 1 vm-iommu: guest ran to completion, kernel log clean"
-		else echo "not ok 1 vm-iommu: guest ran to completion, kernel log clean"; fi
-		sed 's/^/# vm-iommu: /' "$FGDS_BUILD/vm-$FGDS_KCONFIG-iommu/retried" 2>/dev/null
-		if grep -q . "$iout/kmemleak.txt" 2>/dev/null; then
-			echo "not ok 2 vm-iommu: kmemleak found leaks"
-			sed 's/^/# /' "$iout/kmemleak.txt" | head -40
-		elif [ -f "$iout/kmemleak.txt" ]; then echo "ok 2 vm-iommu: kmemleak clean"
-		else echo "ok 2 vm-iommu: kmemleak clean # SKIP kernel without kmemleak"; fi
-		# Behind the IOMMU nothing may skip: a skip there means no IOMMU.
-		if grep -q . "$iout/tap/fgds_iommu_test.tap" 2>/dev/null &&
-			! grep -q '# SKIP' "$iout/tap/fgds_iommu_test.tap"; then
-			echo "ok 3 vm-iommu: fgds_iommu_test ran behind the IOMMU, nothing skipped"
-		else
-			echo "not ok 3 vm-iommu: fgds_iommu_test ran behind the IOMMU, nothing skipped"
-		fi
-	} >"$results/vm-iommu.tap"
-	if [ -f "$iout/tap/fgds_iommu_test.tap" ]; then
-		cp "$iout/tap/fgds_iommu_test.tap" "$results/"
+	ivm=$FGDS_BUILD/vm-$FGDS_KCONFIG-iommu
+	itap=$ivm/out/tap/fgds_iommu_test.tap
+	# Behind the IOMMU nothing may skip: a skip there means no IOMMU.
+	third="fgds_iommu_test ran behind the IOMMU, nothing skipped"
+	if grep -q . "$itap" 2>/dev/null && ! grep -q '# SKIP' "$itap"; then third="ok vm-iommu: $third"
+	else third="not ok vm-iommu: $third"; fi
+	boot_tap vm-iommu "$ivm" $iommu_ok "$third" >"$results/vm-iommu.tap"
+	if [ -f "$itap" ]; then
+		cp "$itap" "$results/"
 	else
 		printf '1..1\nnot ok 1 fgds_iommu_test did not run in the IOMMU boot\n' \
 			>"$results/fgds_iommu_test.tap"
