@@ -131,6 +131,8 @@ module! {
 /// Size of the unit in which BAR ranges get struct pages: the memory hotplug subsection.
 const CHUNK_SIZE: u64 = P2pPages::<Drain>::ALIGN;
 const PAGES_PER_CHUNK: usize = (CHUNK_SIZE as usize) / PAGE_SIZE;
+/// Most units in one [`Chunk`] (one pagemap): 1 GiB, whose page owners take 2 MiB.
+const MAX_CHUNK_UNITS: u64 = (1 << 30) / CHUNK_SIZE;
 /// Largest registration (also reported by `FGDS_IOCTL_VERSION`).
 const MAX_BUFFER_SIZE: u64 = 1 << 40;
 /// Most GPUs served (one node name each).
@@ -192,13 +194,32 @@ fn has_usable_bar(pdev: &pci::Device) -> bool {
     })
 }
 
-/// A chunk of a BAR with struct pages.
+/// A run of [`CHUNK_SIZE`] units of a BAR with struct pages: one pagemap.
+///
+/// A registration makes one chunk for each run of units it needs that have no struct pages
+/// yet (so a large registration has one pagemap, whose removal waits for one grace period,
+/// and whose pages the block layer merges into one bio), and shares the chunks of the units
+/// it has in common with others.
 struct Chunk {
-    /// Key in [`GpuState::chunks`].
+    /// Key of the first unit: the chunk is in [`GpuState::chunks`] under each of
+    /// `key..key + units`.
     key: u64,
+    units: u64,
     pages: P2pPages<Drain>,
     /// Registrations owning at least one page of the chunk. Protected by [`Gpu::state`].
     users: AtomicUsize,
+}
+
+impl Chunk {
+    /// Whether the chunk covers the unit of key `key`.
+    fn covers(&self, key: u64) -> bool {
+        key >= self.key && key - self.key < self.units
+    }
+
+    /// Index in the chunk of the page at BAR offset `off`, in the unit of key `key`.
+    fn page_index(&self, key: u64, off: u64) -> usize {
+        (((key - self.key) * CHUNK_SIZE + off % CHUNK_SIZE) as usize) / PAGE_SIZE
+    }
 }
 
 /// Counts a registration's pages still in use, plus one while the registration lives;
@@ -244,8 +265,11 @@ impl PageOwner for Drain {
 
 /// State of a GPU shared by its open files.
 struct GpuState {
-    /// Chunks that have struct pages, by `(bar << 56) | chunk index in the BAR`.
+    /// The chunk of every unit that has struct pages, by the unit's key
+    /// (`(bar << 56) | unit index in the BAR`): a chunk of several units is there once for each.
     chunks: RBTree<u64, Arc<Chunk>>,
+    /// Chunks (pagemaps) in `chunks`.
+    pagemaps: usize,
     /// Registrations on the GPU, by cookie; each leaves in [`Buffer::unregister`].
     buffers: RBTree<u64, Arc<Buffer>>,
     /// Last cookie id given out; ids are never reused.
@@ -400,7 +424,7 @@ impl Buffer {
 fn release_chunks(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>) {
     for chunk in chunks.iter() {
         if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
-            gs.chunks.remove(&chunk.key);
+            unpublish_chunk(gs, chunk);
         }
     }
     // The table and the registrations hold the only references to a chunk, and both are dropped
@@ -475,9 +499,37 @@ fn extents(
     Ok(out)
 }
 
-/// Gives `[chunk_off, chunk_off + CHUNK_SIZE)` of BAR `bar` struct pages. Called with
-/// [`Gpu::state`] held, while `unbound` is false.
-fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, key: u64) -> Result<Arc<Chunk>> {
+/// Removes `chunk` from the GPU's table: every unit of it that is there (all of them, unless
+/// its publication failed half way).
+fn unpublish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) {
+    let mut found = false;
+    for key in chunk.key..chunk.key + chunk.units {
+        if gs.chunks.get(&key).is_some_and(|c| Arc::ptr_eq(c, chunk)) {
+            gs.chunks.remove(&key);
+            found = true;
+        }
+    }
+    if found {
+        gs.pagemaps -= 1;
+    }
+}
+
+/// Puts `chunk` in the GPU's table under each of its units, none of which is there yet. On
+/// failure some may be: [`unpublish_chunk`] removes them.
+fn publish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) -> Result {
+    for key in chunk.key..chunk.key + chunk.units {
+        gs.chunks
+            .try_create_and_insert(key, chunk.clone(), GFP_KERNEL)?;
+        if key == chunk.key {
+            gs.pagemaps += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Gives `units` units of BAR `bar` from `chunk_off` struct pages, as one chunk whose first unit
+/// has key `key`. Called with [`Gpu::state`] held, while `unbound` is false.
+fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, units: u64, key: u64) -> Result<Arc<Chunk>> {
     // The pages refer to the GPU's P2PDMA provider, owned by its driver. The chunk is dropped
     // before that driver is unbound: `Nodes::driver_unbinding` (called before the driver's
     // `remove()`) sets `unbound` under `Gpu::state` (held by our caller, which checked it) and
@@ -485,17 +537,19 @@ fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, key: u64) -> Result<Arc<Chunk>
     // is made until a driver binds again. A registration still being made then holds its
     // chunks unpublished (no mapping, no I/O) and drops them when its publication fails.
     // SAFETY: As just said, the pages go before the provider.
-    let pages = unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, CHUNK_SIZE) }.map_err(|e| {
-        // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
-        if e == ENODEV {
-            EOPNOTSUPP
-        } else {
-            e
-        }
-    })?;
+    let pages =
+        unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, units * CHUNK_SIZE) }.map_err(|e| {
+            // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
+            if e == ENODEV {
+                EOPNOTSUPP
+            } else {
+                e
+            }
+        })?;
     Ok(Arc::new(
         Chunk {
             key,
+            units,
             pages,
             users: AtomicUsize::new(0),
         },
@@ -522,27 +576,38 @@ impl Buffer {
                 return Err(ENODEV);
             }
             for &(bar, off, len) in extents {
+                let last_key = chunk_key(bar, off + len - 1);
                 let mut o = off;
                 while o < off + len {
                     let key = chunk_key(bar, o);
-                    let ci = match chunks.iter().rposition(|c| c.key == key) {
+                    let ci = match chunks.iter().rposition(|c| c.covers(key)) {
                         Some(i) => i,
                         None => {
                             let chunk = match gs.chunks.get(&key) {
                                 Some(c) => c.clone(),
                                 None => {
-                                    let c = new_chunk(&self.gpu, bar, o - o % CHUNK_SIZE, key)?;
-                                    gs.chunks
-                                        .try_create_and_insert(key, c.clone(), GFP_KERNEL)?;
-                                    c
+                                    // One chunk for the run of units from here that the
+                                    // extent needs and that have no struct pages yet.
+                                    let mut units = 1;
+                                    while units < MAX_CHUNK_UNITS
+                                        && key + units <= last_key
+                                        && gs.chunks.get(&(key + units)).is_none()
+                                    {
+                                        units += 1;
+                                    }
+                                    new_chunk(&self.gpu, bar, o - o % CHUNK_SIZE, units, key)?
                                 }
                             };
                             chunks.push(chunk.clone(), GFP_KERNEL)?;
-                            chunk.users.fetch_add(1, Ordering::Relaxed);
+                            if chunk.users.fetch_add(1, Ordering::Relaxed) == 0 {
+                                // New: counted in `chunks` first, so that the error path
+                                // unpublishes what of it was published.
+                                publish_chunk(&mut gs, &chunk)?;
+                            }
                             chunks.len() - 1
                         }
                     };
-                    let index = ((o % CHUNK_SIZE) as usize) / PAGE_SIZE;
+                    let index = chunks[ci].page_index(key, o);
                     // Counted before it is handed out: its release may come at once.
                     self.drain.live.fetch_add(1, Ordering::AcqRel);
                     match chunks[ci].pages.activate(index, self.drain.clone()) {
@@ -811,11 +876,15 @@ impl MiscDevice for FgdsFile {
 
     fn show_fdinfo(me: Pin<&FgdsFile>, m: &SeqFile, _file: &File) {
         let buffers = me.buffers.lock().iter().count();
-        let chunks = me.gpu.state.lock().chunks.iter().count();
+        let (chunks, pagemaps) = {
+            let gs = me.gpu.state.lock();
+            (gs.chunks.iter().count(), gs.pagemaps)
+        };
         let live = me.gpu.live_buffers.load(Ordering::Relaxed);
         seq_print!(m, "fgds-buffers:\t{}\n", buffers);
         seq_print!(m, "fgds-gpu-buffers:\t{}\n", live);
         seq_print!(m, "fgds-gpu-chunks:\t{}\n", chunks);
+        seq_print!(m, "fgds-gpu-pagemaps:\t{}\n", pagemaps);
         seq_print!(m, "fgds-gpu-pages:\t{}\n", chunks * PAGES_PER_CHUNK);
     }
 }
@@ -870,6 +939,7 @@ impl Nodes {
                 pdev: ARef::from(pdev),
                 state <- new_mutex!(GpuState {
                     chunks: RBTree::new(),
+                    pagemaps: 0,
                     buffers: RBTree::new(),
                     last_id: 0,
                     gone: false,

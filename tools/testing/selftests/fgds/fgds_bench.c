@@ -111,12 +111,12 @@ int main(int argc, char **argv)
 	}
 
 	printf("REG_BUFFER + mmap, first touch of every page, UNREG (one at a time):\n");
-	printf("  %-10s %12s %12s %12s %8s %8s %12s\n", "size", "reg+mmap us", "fault us",
-	       "unreg us", "chunks", "pages", "memmap KiB");
+	printf("  %-10s %12s %12s %12s %8s %8s %8s %12s\n", "size", "reg+mmap us", "fault us",
+	       "unreg us", "chunks", "pagemaps", "pages", "memmap KiB");
 	idle0 = vmstat_value("nr_memmap_pages");
 	for (unsigned int i = 0; i < ARRAY_SIZE(sizes); i++) {
 		long m0 = vmstat_value("nr_memmap_pages"), m1;
-		long long chunks, pages;
+		long long chunks, pagemaps, pages;
 		double t0 = now(), t1, t2, t3, t4;
 
 		if (fgds_buf_get(fd, &v, 0, sizes[i], &b)) {
@@ -130,6 +130,7 @@ int main(int argc, char **argv)
 		t2 = now();
 		m1 = vmstat_value("nr_memmap_pages");
 		chunks = fgds_fdinfo_num(fd, "fgds-gpu-chunks");
+		pagemaps = fgds_fdinfo_num(fd, "fgds-gpu-pagemaps");
 		pages = fgds_fdinfo_num(fd, "fgds-gpu-pages");
 		munmap(b.p, b.size);
 		t3 = now();
@@ -140,9 +141,9 @@ int main(int argc, char **argv)
 		}
 		t4 = now();
 		close(b.dmabuf);
-		printf("  %-10lu %12.0f %12.0f %12.0f %8lld %8lld %12ld\n", (unsigned long)sizes[i],
-		       (t1 - t0) * 1e6, (t2 - t1) * 1e6, (t4 - t3) * 1e6, chunks, pages,
-		       (m1 - m0) * 4);
+		printf("  %-10lu %12.0f %12.0f %12.0f %8lld %8lld %8lld %12ld\n",
+		       (unsigned long)sizes[i], (t1 - t0) * 1e6, (t2 - t1) * 1e6, (t4 - t3) * 1e6,
+		       chunks, pagemaps, pages, (m1 - m0) * 4);
 		if (sizes[i] == 256 * MiB)
 			per_gib = (m1 - m0) * 4 * 4;
 		if (js) {
@@ -151,7 +152,8 @@ int main(int argc, char **argv)
 			fprintf(js, ", \"reg_mmap_us\": %.1f", (t1 - t0) * 1e6);
 			fprintf(js, ", \"fault_us\": %.1f", (t2 - t1) * 1e6);
 			fprintf(js, ", \"unreg_us\": %.1f", (t4 - t3) * 1e6);
-			fprintf(js, ", \"chunks\": %lld, \"pages\": %lld", chunks, pages);
+			fprintf(js, ", \"chunks\": %lld, \"pagemaps\": %lld, \"pages\": %lld",
+				chunks, pagemaps, pages);
 			fprintf(js, ", \"memmap_kib\": %ld}", (m1 - m0) * 4);
 		}
 	}

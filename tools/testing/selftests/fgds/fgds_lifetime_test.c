@@ -891,4 +891,65 @@ TEST_F_TIMEOUT(lt, gpu_removed_and_rescanned, 600)
 	fgds_vfio_close(&v2);
 }
 
+/*
+ * Struct pages come in one pagemap per run of 2 MiB units that a
+ * registration needs and that have none yet; units in common are shared,
+ * and a pagemap stays while a registration uses one of its units. Data read
+ * into a registration made of a shared unit and a pagemap of its own lands
+ * where it belongs (checked from the host), and once nothing is registered
+ * the kernel's count of struct-page memory is back where it was.
+ */
+TEST_F(lt, pagemaps_follow_registrations)
+{
+	const __u64 tail_off = 15 * SZ_1M + SZ_64K, tail_len = 5 * SZ_1M - SZ_64K;
+	long long c0 = fgds_fdinfo_num(self->node, "fgds-gpu-chunks");
+	long long p0 = fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps");
+	long long memmap0 = fgds_memmap_pages();
+	__u64 big = 0, small = 0, tail = 0;
+	unsigned char *p;
+	int dmabuf;
+
+	ASSERT_LE(0, c0);
+	ASSERT_LE(0, p0) TH_LOG("no fgds-gpu-pagemaps in fdinfo");
+	ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
+	dmabuf = fgds_vfio_dmabuf(&self->v, BAR_BASE, 32 * SZ_1M);
+	ASSERT_LE(0, dmabuf);
+
+	/* [0, 15 MiB): units 0 to 7, in one pagemap. */
+	ASSERT_EQ(0, fgds_reg(self->node, dmabuf, 0, 15 * SZ_1M, &big));
+	EXPECT_EQ(p0 + 1, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	EXPECT_EQ(c0 + 8, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+	EXPECT_LT(memmap0, fgds_memmap_pages());
+	/* A page of unit 7: shared, nothing new. */
+	ASSERT_EQ(0, fgds_reg(self->node, dmabuf, 15 * SZ_1M, SZ_4K, &small));
+	EXPECT_EQ(p0 + 1, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	EXPECT_EQ(c0 + 8, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+	/* Unit 7 again, then units 8 and 9 in a pagemap of their own. */
+	ASSERT_EQ(0, fgds_reg(self->node, dmabuf, tail_off, tail_len, &tail));
+	EXPECT_EQ(p0 + 2, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	EXPECT_EQ(c0 + 10, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+
+	/* 4 MiB from the NVMe, across the two pagemaps. */
+	p = fgds_map(self->node, tail, tail_len);
+	ASSERT_NE(NULL, p);
+	ASSERT_EQ(0, host("fill", 0x9a6e, BAR_BASE + tail_off, tail_len));
+	ASSERT_EQ((ssize_t)BUF_LEN, pread(self->raw, p, BUF_LEN, RAW_BASE));
+	EXPECT_EQ(0, host_at("check", 0x11fe, BAR_BASE + tail_off, BUF_LEN, 0));
+	EXPECT_EQ(0, host_at("check", 0x9a6e, BAR_BASE + tail_off + BUF_LEN,
+			     tail_len - BUF_LEN, BUF_LEN));
+	ASSERT_EQ(0, munmap(p, tail_len));
+
+	/* Unit 7 keeps the first pagemap until the last user of it goes. */
+	ASSERT_EQ(0, fgds_unreg(self->node, big));
+	EXPECT_EQ(p0 + 2, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	ASSERT_EQ(0, fgds_unreg(self->node, small));
+	EXPECT_EQ(p0 + 2, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	EXPECT_EQ(c0 + 10, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+	ASSERT_EQ(0, fgds_unreg(self->node, tail));
+	EXPECT_EQ(p0, fgds_fdinfo_num(self->node, "fgds-gpu-pagemaps"));
+	EXPECT_EQ(c0, fgds_fdinfo_num(self->node, "fgds-gpu-chunks"));
+	EXPECT_EQ(memmap0, fgds_memmap_pages());
+	close(dmabuf);
+}
+
 TEST_HARNESS_MAIN
