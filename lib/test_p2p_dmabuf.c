@@ -38,6 +38,10 @@
  * BAR1 (uvm_devmem.c). Unbinding the driver revokes every buffer, as
  * vfio_pci_dma_buf_cleanup() does, and waits until every importer has
  * unmapped.
+ *
+ * The same exports are open to the kernel (test_p2p_dmabuf_kunit_*()), for
+ * the KUnit suite of the Rust dma-buf import and P2PDMA page abstractions,
+ * lib/test_p2p_dmabuf_kunit.rs.
  */
 
 #include <linux/delay.h>
@@ -58,6 +62,7 @@
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 
+#include "test_p2p_dmabuf.h"
 #include "test_p2p_dmabuf_uapi.h"
 
 MODULE_IMPORT_NS("DMA_BUF");
@@ -108,6 +113,9 @@ struct test_fence {
 static DEFINE_MUTEX(test_lock);		/* protects test_dev, test_buf::tdev */
 static struct test_dev *test_dev;
 static struct workqueue_struct *test_wq;
+/* Holds of test_p2p_dmabuf_kunit_get() on test_dev's binding. */
+static atomic_t test_kunit_users = ATOMIC_INIT(0);
+static DECLARE_WAIT_QUEUE_HEAD(test_kunit_wait);
 static u64 test_fence_context;
 static atomic64_t test_fence_seqno;
 
@@ -355,49 +363,61 @@ static bool test_is_ours(struct dma_buf *dmabuf)
 	       dmabuf->ops == &test_ops_dynamic_phys;
 }
 
-static long test_export(struct test_dev *tdev, void __user *uarg)
+/* Exports [req->offset, req->offset + req->size) of BAR 2 as @req says. */
+static struct dma_buf *test_new_buf(struct test_dev *tdev,
+				    const struct test_p2p_dmabuf_export *req)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
-	struct test_p2p_dmabuf_export req;
 	struct test_buf *buf;
-	int fd;
 
-	if (copy_from_user(&req, uarg, sizeof(req)))
-		return -EFAULT;
-	if (req.flags & ~TEST_P2P_DMABUF_FLAGS || req.fence_fill > 0xff ||
-	    !req.size || !PAGE_ALIGNED(req.offset) || !PAGE_ALIGNED(req.size) ||
-	    req.offset >= tdev->bar_len || req.size > tdev->bar_len - req.offset)
-		return -EINVAL;
+	if (req->flags & ~TEST_P2P_DMABUF_FLAGS || req->fence_fill > 0xff ||
+	    !req->size || !PAGE_ALIGNED(req->offset) ||
+	    !PAGE_ALIGNED(req->size) || req->offset >= tdev->bar_len ||
+	    req->size > tdev->bar_len - req->offset)
+		return ERR_PTR(-EINVAL);
 
 	buf = kzalloc_obj(*buf);
 	if (!buf)
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 	buf->tdev = tdev;
-	buf->phys.paddr = tdev->bar_start + req.offset;
-	buf->phys.len = req.size;
-	buf->flags = req.flags;
-	buf->fence_ms = req.fence_ms;
-	buf->fence_fill = req.fence_fill;
+	buf->phys.paddr = tdev->bar_start + req->offset;
+	buf->phys.len = req->size;
+	buf->flags = req->flags;
+	buf->fence_ms = req->fence_ms;
+	buf->fence_fill = req->fence_fill;
 	init_waitqueue_head(&buf->unmapped);
 
-	exp_info.ops = test_ops(req.flags);
-	exp_info.size = req.size;
+	exp_info.ops = test_ops(req->flags);
+	exp_info.size = req->size;
 	exp_info.flags = O_RDWR;
 	exp_info.priv = buf;
 	buf->dmabuf = dma_buf_export(&exp_info);
 	if (IS_ERR(buf->dmabuf)) {
-		long ret = PTR_ERR(buf->dmabuf);
+		struct dma_buf *err = buf->dmabuf;
 
 		kfree(buf);
-		return ret;
+		return err;
 	}
 	mutex_lock(&tdev->lock);
 	list_add(&buf->node, &tdev->bufs);
 	mutex_unlock(&tdev->lock);
+	return buf->dmabuf;
+}
 
-	fd = dma_buf_fd(buf->dmabuf, O_CLOEXEC);
+static long test_export(struct test_dev *tdev, void __user *uarg)
+{
+	struct test_p2p_dmabuf_export req;
+	struct dma_buf *dmabuf;
+	int fd;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	dmabuf = test_new_buf(tdev, &req);
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	fd = dma_buf_fd(dmabuf, O_CLOEXEC);
 	if (fd < 0) {
-		dma_buf_put(buf->dmabuf);
+		dma_buf_put(dmabuf);
 		return fd;
 	}
 	req.fd = fd;
@@ -499,6 +519,115 @@ static struct miscdevice test_misc = {
 	.fops = &test_fops,
 };
 
+/**
+ * test_p2p_dmabuf_kunit_get - hold the exporter's device bound
+ * @owner_off: set to the offset in BAR 2 of the P2PDMA pages probe made
+ *	(owner_pages_mib), U64_MAX when it made none
+ *
+ * Until test_p2p_dmabuf_kunit_put(), unbinding the device waits in
+ * test_remove(), before the BAR's P2PDMA provider (devres of the binding)
+ * is released: P2PDMA pages over the BAR may live until then.
+ *
+ * Return: the device the exporter is bound to, with a reference, or NULL
+ * when it is bound to none.
+ */
+struct device *test_p2p_dmabuf_kunit_get(u64 *owner_off)
+{
+	struct device *dev = NULL;
+
+	mutex_lock(&test_lock);
+	if (test_dev) {
+		atomic_inc(&test_kunit_users);
+		dev = get_device(&test_dev->pdev->dev);
+		*owner_off = owner_pages_mib ?
+			     test_dev->bar_len - ((u64)owner_pages_mib << 20) :
+			     U64_MAX;
+	}
+	mutex_unlock(&test_lock);
+	return dev;
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_get);
+
+/**
+ * test_p2p_dmabuf_kunit_put - release test_p2p_dmabuf_kunit_get()'s hold
+ * @dev: what it returned
+ */
+void test_p2p_dmabuf_kunit_put(struct device *dev)
+{
+	put_device(dev);
+	if (atomic_dec_and_test(&test_kunit_users))
+		wake_up_all(&test_kunit_wait);
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_put);
+
+/**
+ * test_p2p_dmabuf_kunit_export - export a range of BAR 2 in the kernel
+ * @dev: held by test_p2p_dmabuf_kunit_get()
+ * @offset: in BAR 2, page aligned
+ * @size: page aligned
+ * @flags: TEST_P2P_DMABUF_*
+ * @fence_ms: as struct test_p2p_dmabuf_export's (the fill byte is 0)
+ *
+ * Return: the dma-buf, with a reference for the caller, or an ERR_PTR():
+ * -EINVAL for a bad range or flags.
+ */
+struct dma_buf *test_p2p_dmabuf_kunit_export(struct device *dev, u64 offset,
+					     u64 size, u32 flags, u32 fence_ms)
+{
+	const struct test_p2p_dmabuf_export req = {
+		.offset = offset,
+		.size = size,
+		.flags = flags,
+		.fence_ms = fence_ms,
+	};
+
+	/* Bound while held: drvdata is the test_dev probe set. */
+	return test_new_buf(dev_get_drvdata(dev), &req);
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_export);
+
+/**
+ * test_p2p_dmabuf_kunit_invalidate - move or revoke a buffer
+ * @dmabuf: one of this exporter's
+ * @revoke: for good (later maps fail with -ENODEV), or a move
+ *
+ * Return: 0, or -EINVAL when @dmabuf is not ours or a static one is moved.
+ */
+int test_p2p_dmabuf_kunit_invalidate(struct dma_buf *dmabuf, bool revoke)
+{
+	struct test_buf *buf = dmabuf->priv;
+
+	if (!test_is_ours(dmabuf) ||
+	    (!revoke && !(buf->flags & TEST_P2P_DMABUF_DYNAMIC)))
+		return -EINVAL;
+	test_invalidate(buf, revoke);
+	return 0;
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_invalidate);
+
+/**
+ * test_p2p_dmabuf_kunit_state - what importers hold of a buffer
+ * @dmabuf: one of this exporter's
+ * @attachments: set to its attachments now
+ * @maps: set to its mappings now
+ * @pins: set to its pins now
+ *
+ * Return: 0, or -EINVAL when @dmabuf is not ours.
+ */
+int test_p2p_dmabuf_kunit_state(struct dma_buf *dmabuf, u64 *attachments,
+				u64 *maps, u64 *pins)
+{
+	struct test_buf *buf = dmabuf->priv;
+
+	if (!test_is_ours(dmabuf))
+		return -EINVAL;
+	*attachments = atomic64_read(&buf->attachments);
+	*maps = atomic64_read(&buf->maps);
+	*pins = atomic64_read(&buf->pins);
+	return 0;
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_state);
+
 static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct test_dev *tdev;
@@ -559,6 +688,11 @@ static void test_remove(struct pci_dev *pdev)
 
 	mutex_lock(&test_lock);
 	test_dev = NULL;
+	mutex_unlock(&test_lock);
+	/* The KUnit suite's P2PDMA pages refer to the provider released next. */
+	wait_event(test_kunit_wait, !atomic_read(&test_kunit_users));
+
+	mutex_lock(&test_lock);
 	mutex_lock(&tdev->lock);
 	list_for_each_entry_safe(buf, next, &tdev->bufs, node) {
 		struct file *file = get_file_active(&buf->dmabuf->file);

@@ -17,3 +17,8 @@ __rust_helper void rust_helper_put_page(struct page *page)
 {
 	put_page(page);
 }
+
+__rust_helper void rust_helper_get_page(struct page *page)
+{
+	get_page(page);
+}

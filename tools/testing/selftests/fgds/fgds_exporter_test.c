@@ -18,6 +18,9 @@
  *   reads in flight.
  * - A fence the exporter signals after map (a VRAM clear): REG_BUFFER waits
  *   for it, and the clear does not land over data read afterwards.
+ * - The KUnit suite of the Rust dma-buf import and P2PDMA page abstractions
+ *   (lib/test_p2p_dmabuf_kunit.rs), which needs the bound exporter: every
+ *   case passed, the kernel's struct-page count back where it was.
  *
  * The first test binds the test exporter, the last gives the stand-in back
  * to vfio-pci.
@@ -185,6 +188,66 @@ TEST(bind_test_exporter)
 	ASSERT_EQ(0, bind_to(bdf2(), TPD_NAME)) TH_LOG("binding %s to " TPD_NAME, bdf2());
 	ASSERT_EQ(0, driver_of(bdf2(), cur, sizeof(cur)));
 	ASSERT_STREQ(TPD_NAME, cur);
+}
+
+/*
+ * The KUnit suite of the success paths of the Rust dma-buf import and
+ * P2PDMA page abstractions (lib/test_p2p_dmabuf_kunit.rs) needs an exporter
+ * with a P2PDMA provider, so it runs here, when its module is loaded with
+ * the test exporter bound, and not at boot with the other doctests.
+ */
+#define KUNIT_MOD "test_p2p_dmabuf_kunit"
+#define KUNIT_SUITE "rust_dma_buf_p2pdma"
+#define KUNIT_CASES 5
+
+TEST(kunit_dma_buf_and_p2p_pages)
+{
+	long long memmap = fgds_memmap_pages();
+	int mark = fgds_klog_mark();
+	int cases = 0, passed = 0, suite = -1;
+	char line[512], name[128], rest[256];
+	unsigned int n;
+	FILE *f;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_LE(0, mark);
+	if (!access("/sys/module/" KUNIT_MOD, F_OK))
+		ASSERT_EQ(0, system("rmmod " KUNIT_MOD));
+	/* The suite runs, to its end, when the module goes live. */
+	ASSERT_EQ(0, system("modprobe " KUNIT_MOD));
+	f = fopen("/sys/kernel/debug/kunit/" KUNIT_SUITE "/results", "r");
+	ASSERT_NE(NULL, f) TH_LOG("no KUnit results for " KUNIT_SUITE ": %s", strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = line + strspn(line, " ");
+		int ok = !strncmp(p, "ok ", 3);
+
+		if (*p == '#' && !strstr(p, ".location:"))
+			TH_LOG("%s", strtok(line, "\n"));
+		if (!ok && strncmp(p, "not ok ", 7))
+			continue;
+		rest[0] = 0;
+		if (sscanf(p + (ok ? 3 : 7), "%u %127s%255[^\n]", &n, name, rest) < 2)
+			continue;
+		/* A skipped case did not test anything. */
+		if (strstr(rest, "# SKIP"))
+			ok = 0;
+		if (!strcmp(name, KUNIT_SUITE)) {
+			suite = ok;
+			continue;
+		}
+		cases++;
+		passed += ok;
+		TH_LOG("%s %s", ok ? "ok" : "FAILED", name);
+	}
+	fclose(f);
+	EXPECT_EQ(0, system("rmmod " KUNIT_MOD));
+	EXPECT_EQ(KUNIT_CASES, cases);
+	EXPECT_EQ(KUNIT_CASES, passed) TH_LOG("the kernel log names each failed check");
+	EXPECT_EQ(1, suite);
+	/* Every P2PDMA page the suite made is gone again, and nothing was reported. */
+	EXPECT_EQ(memmap, fgds_memmap_pages());
+	EXPECT_EQ(0, fgds_kernel_reports_since(mark));
 }
 
 FIXTURE(ex) {

@@ -1,0 +1,448 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit tests of the success paths of the kernel crate's dma-buf import
+//! (`kernel::dma_buf`) and P2PDMA page (`kernel::pci::p2pdma`) abstractions.
+//!
+//! They need an exporter of PCI MMIO dma-bufs with a P2PDMA provider, which no device has at
+//! boot, when the crate's doctests run: this module takes the device `lib/test_p2p_dmabuf.c` is
+//! bound to and exports ranges of its BAR 2 in the kernel. Load it after binding that exporter
+//! to a device with a 64 MiB BAR 2 (`tools/testing/selftests/fgds/fgds_exporter_test.c` does).
+
+use core::{
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicUsize,
+        Ordering, //
+    },
+};
+use kernel::{
+    bindings,
+    device::Device,
+    dma::DataDirection,
+    dma_buf::{
+        DmaBuf,
+        DynamicAttachment,
+        Importer,
+        Locked, //
+    },
+    error::from_err_ptr,
+    ffi::{
+        c_int,
+        c_void, //
+    },
+    pci::{
+        self,
+        p2pdma::{
+            P2pPages,
+            PageOwner, //
+        },
+    },
+    prelude::*,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
+};
+
+module! {
+    type: TestP2pDmabufKunit,
+    name: "test_p2p_dmabuf_kunit",
+    description: "KUnit tests of the Rust dma-buf import and P2PDMA page abstractions",
+    license: "GPL",
+    imports_ns: ["DMA_BUF"],
+}
+
+struct TestP2pDmabufKunit;
+
+impl kernel::Module for TestP2pDmabufKunit {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        Ok(Self)
+    }
+}
+
+// The exporter's in-kernel exports, as lib/test_p2p_dmabuf.h declares them (lib/test_p2p_dmabuf.c
+// documents them). The opaque pointers are a `struct device *` and `struct dma_buf *`s.
+extern "C" {
+    fn test_p2p_dmabuf_kunit_get(owner_off: *mut u64) -> *mut c_void;
+    fn test_p2p_dmabuf_kunit_put(dev: *mut c_void);
+    fn test_p2p_dmabuf_kunit_export(
+        dev: *mut c_void,
+        offset: u64,
+        size: u64,
+        flags: u32,
+        fence_ms: u32,
+    ) -> *mut c_void;
+    fn test_p2p_dmabuf_kunit_invalidate(dmabuf: *mut c_void, revoke: bool) -> c_int;
+    fn test_p2p_dmabuf_kunit_state(
+        dmabuf: *mut c_void,
+        attachments: *mut u64,
+        maps: *mut u64,
+        pins: *mut u64,
+    ) -> c_int;
+}
+
+// Export flags, as in lib/test_p2p_dmabuf_uapi.h.
+const DYNAMIC: u32 = 1 << 0;
+const SG_PROVIDER: u32 = 1 << 1;
+const PHYS: u32 = 1 << 3;
+
+const SZ_1M: u64 = 1 << 20;
+/// The BAR the exporter exports.
+const BAR: u32 = 2;
+
+/// The exporter's device, held bound (its P2PDMA provider alive) while this lives.
+///
+/// # Invariants
+///
+/// `dev` was returned by `test_p2p_dmabuf_kunit_get()` and is put only in [`Drop`].
+struct Exporter {
+    dev: NonNull<bindings::device>,
+    owner_off: u64,
+}
+
+impl Exporter {
+    fn get() -> Result<Self> {
+        let mut owner_off = 0;
+        // SAFETY: `owner_off` is a valid out-pointer.
+        let dev = unsafe { test_p2p_dmabuf_kunit_get(&mut owner_off) }.cast::<bindings::device>();
+        let Some(dev) = NonNull::new(dev) else {
+            kernel::kunit::err(fmt!(
+                "    # the test exporter is bound to no device: bind test_p2p_dmabuf first\n"
+            ));
+            return Err(ENODEV);
+        };
+        // INVARIANT: `dev` was just returned by `test_p2p_dmabuf_kunit_get()`.
+        Ok(Self { dev, owner_off })
+    }
+
+    fn device(&self) -> &Device {
+        // SAFETY: `test_p2p_dmabuf_kunit_get()` took a reference (type invariant), dropped only
+        // when `self` is.
+        unsafe { Device::from_raw(self.dev.as_ptr()) }
+    }
+
+    fn pci(&self) -> Result<&pci::Device> {
+        self.device().try_into()
+    }
+
+    /// BAR offset of the P2PDMA pages the exporter made at probe, if it made any.
+    fn owner_pages(&self) -> Option<u64> {
+        (self.owner_off != u64::MAX).then_some(self.owner_off)
+    }
+
+    fn export(&self, offset: u64, size: u64, flags: u32, fence_ms: u32) -> Result<ARef<DmaBuf>> {
+        // SAFETY: `dev` is held (type invariant); the function accepts any range and flags.
+        let ptr = from_err_ptr(unsafe {
+            test_p2p_dmabuf_kunit_export(self.dev.as_ptr().cast(), offset, size, flags, fence_ms)
+        })?;
+        // SAFETY: `ptr` is a valid, non-null dma-buf whose reference is ours, transferred to the
+        // `ARef`; `DmaBuf` is a transparent wrapper of `struct dma_buf`.
+        Ok(unsafe { ARef::from_raw(NonNull::new_unchecked(ptr.cast())) })
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        // SAFETY: `dev` came from `test_p2p_dmabuf_kunit_get()` (type invariant), put once here.
+        unsafe { test_p2p_dmabuf_kunit_put(self.dev.as_ptr().cast()) };
+    }
+}
+
+/// Moves (`revoke == false`) or revokes a buffer of the exporter.
+fn invalidate(buf: &DmaBuf, revoke: bool) -> Result {
+    // SAFETY: `buf` is valid while borrowed; the function checks that it is the exporter's.
+    kernel::error::to_result(unsafe {
+        test_p2p_dmabuf_kunit_invalidate(buf.as_raw().cast(), revoke)
+    })
+}
+
+/// The exporter's count of `(attachments, maps, pins)` of `buf`.
+fn state(buf: &DmaBuf) -> Result<(u64, u64, u64)> {
+    let (mut attachments, mut maps, mut pins) = (0, 0, 0);
+    // SAFETY: `buf` is valid while borrowed; the out-pointers point to locals.
+    kernel::error::to_result(unsafe {
+        test_p2p_dmabuf_kunit_state(buf.as_raw().cast(), &mut attachments, &mut maps, &mut pins)
+    })?;
+    Ok((attachments, maps, pins))
+}
+
+/// Whether every `DMA_RESV_USAGE_KERNEL` fence of `buf` has signalled.
+fn kernel_fences_signalled(buf: &DmaBuf) -> bool {
+    // SAFETY: `buf` is valid while borrowed and so is its `resv`; testing the fences needs no
+    // lock (it walks them under RCU).
+    unsafe {
+        bindings::dma_resv_test_signaled(
+            (*buf.as_raw()).resv,
+            bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+        )
+    }
+}
+
+/// An importer that counts its invalidations and unmaps in each.
+struct Counting {
+    invalidations: AtomicUsize,
+}
+
+impl Counting {
+    fn new() -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Self {
+                invalidations: AtomicUsize::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    fn invalidations(&self) -> usize {
+        self.invalidations.load(Ordering::Relaxed)
+    }
+}
+
+impl Importer for Counting {
+    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>) {
+        self.invalidations.fetch_add(1, Ordering::Relaxed);
+        attach.unmap();
+    }
+}
+
+/// A page owner that records which pages were freed, and how often.
+struct Freed {
+    count: AtomicUsize,
+    last: AtomicUsize,
+}
+
+impl PageOwner for Freed {
+    fn page_free(&self, index: usize) {
+        self.last.store(index, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Fails the test with `what` (and the line) when `cond` is false, dropping what it holds on the
+/// way out: a KUnit assertion would end the test's thread without running destructors, and a
+/// held [`Exporter`] would then keep its device from unbinding.
+macro_rules! check {
+    ($cond:expr) => {
+        if !$cond {
+            kernel::kunit::err(fmt!(
+                "    # {}:{}: check failed: {}\n",
+                file!(),
+                line!(),
+                stringify!($cond)
+            ));
+            return Err(EINVAL);
+        }
+    };
+}
+
+#[kunit_tests(rust_dma_buf_p2pdma)]
+mod tests {
+    use super::*;
+
+    /// vfio-pci's pattern: static, sg from the provider, physical ranges.
+    #[test]
+    fn static_map_and_phys_ranges() -> Result {
+        let exp = Exporter::get()?;
+        let bar_start = exp.pci()?.resource_start(BAR)?;
+        let (off, size) = (40 * SZ_1M, 4 * SZ_1M);
+        let buf = exp.export(off, size, SG_PROVIDER | PHYS, 0)?;
+        check!(buf.size() as u64 == size);
+
+        let importer = Counting::new()?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::Bidirectional,
+        )?;
+        check!(attach.peer2peer());
+        check!(core::ptr::eq(attach.dma_buf(), &*buf));
+        check!(state(&buf)? == (1, 0, 0));
+        {
+            let locked = attach.lock();
+            check!(!locked.is_mapped());
+            check!(locked.phys_ranges().err() == Some(EINVAL));
+            let table = locked.map()?;
+            check!(locked.is_mapped());
+            let mut len = 0;
+            for entry in table.iter() {
+                len += entry.dma_len();
+            }
+            check!(len == size);
+            // Mapped once: a second map() gives the same table.
+            check!(core::ptr::eq(table, locked.map()?));
+            check!(state(&buf)? == (1, 1, 0));
+
+            let ranges = locked.phys_ranges()?;
+            check!(core::ptr::eq(ranges.owner(), exp.device()));
+            let mut it = ranges.iter();
+            check!(it.next() == Some((bar_start + off, size)));
+            check!(it.next().is_none());
+            check!(locked.wait_kernel_fences().is_ok());
+        }
+        {
+            let mut locked = attach.lock();
+            check!(locked.is_mapped());
+            locked.unmap();
+            check!(!locked.is_mapped());
+            check!(state(&buf)? == (1, 0, 0));
+            locked.unmap();
+            check!(locked.phys_ranges().err() == Some(EINVAL));
+            locked.map()?;
+        }
+        // Dropping a mapped attachment unmaps and detaches it.
+        drop(attach);
+        check!(state(&buf)? == (0, 0, 0));
+        check!(importer.invalidations() == 0);
+        Ok(())
+    }
+
+    /// amdgpu's and xe's pattern with physical ranges: moves, then a revocation.
+    #[test]
+    fn dynamic_move_and_revoke() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(44 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
+        let importer = Counting::new()?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::FromDevice,
+        )?;
+        attach.lock().map()?;
+        check!(state(&buf)? == (1, 1, 0));
+
+        // A move: the importer is told and unmaps; the buffer maps again.
+        invalidate(&buf, false)?;
+        check!(importer.invalidations() == 1);
+        check!(!attach.lock().is_mapped());
+        check!(state(&buf)? == (1, 0, 0));
+        {
+            let locked = attach.lock();
+            locked.map()?;
+            check!(locked.phys_ranges().is_ok());
+        }
+
+        // A revocation: told again, and the buffer never maps again.
+        invalidate(&buf, true)?;
+        check!(importer.invalidations() == 2);
+        {
+            let locked = attach.lock();
+            check!(!locked.is_mapped());
+            check!(locked.map().err() == Some(ENODEV));
+            check!(!locked.is_mapped());
+        }
+        // The abstraction never pins: a dynamic exporter stays free to move the buffer.
+        check!(state(&buf)? == (1, 0, 0));
+        drop(attach);
+        check!(
+            DynamicAttachment::new(&buf, exp.device(), importer, DataDirection::FromDevice).err()
+                == Some(ENODEV)
+        );
+        check!(state(&buf)? == (0, 0, 0));
+        Ok(())
+    }
+
+    /// amdgpu's and xe's pattern in Linux 7.2: no physical ranges.
+    #[test]
+    fn no_phys_ranges() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(46 * SZ_1M, 2 * SZ_1M, DYNAMIC, 0)?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            Counting::new()?,
+            DataDirection::ToDevice,
+        )?;
+        let locked = attach.lock();
+        locked.map()?;
+        check!(locked.phys_ranges().err() == Some(EOPNOTSUPP));
+        Ok(())
+    }
+
+    /// An exporter's clear at map time (a `DMA_RESV_USAGE_KERNEL` fence) is waited for.
+    #[test]
+    fn kernel_fence_is_waited_for() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(48 * SZ_1M, 2 * SZ_1M, SG_PROVIDER | PHYS, 500)?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            Counting::new()?,
+            DataDirection::Bidirectional,
+        )?;
+        let locked = attach.lock();
+        check!(kernel_fences_signalled(&buf));
+        locked.map()?;
+        // Signalled 500 ms after the map.
+        check!(!kernel_fences_signalled(&buf));
+        locked.wait_kernel_fences()?;
+        check!(kernel_fences_signalled(&buf));
+        Ok(())
+    }
+
+    /// Pages are handed out, freed with their last reference, and gone with their range.
+    #[test]
+    fn p2p_pages_lifecycle() -> Result {
+        let exp = Exporter::get()?;
+        let pdev = exp.pci()?;
+        let bar_start = exp.pci()?.resource_start(BAR)?;
+        let align = P2pPages::<Freed>::ALIGN;
+        let off = 32 * SZ_1M;
+        let owner = Arc::new(
+            Freed {
+                count: AtomicUsize::new(0),
+                last: AtomicUsize::new(usize::MAX),
+            },
+            GFP_KERNEL,
+        )?;
+
+        // SAFETY: `exp` holds the device bound, and with it the BAR's provider, until it is
+        // dropped, after `pages` (declared later, so dropped earlier).
+        let pages = unsafe { P2pPages::<Freed>::new(pdev, BAR, off, 2 * align) }?;
+        check!(pages.len() as u64 == (2 * align) >> bindings::PAGE_SHIFT);
+        check!(!pages.is_empty());
+        check!(pages.phys_start() == bar_start + off);
+        // Another range over the same pages is refused, and so is one over the owner's.
+        // SAFETY: As above; and these fail before any page is made.
+        unsafe {
+            check!(P2pPages::<Freed>::new(pdev, BAR, off + align, align).err() == Some(EEXIST));
+            if let Some(owner_off) = exp.owner_pages() {
+                check!(P2pPages::<Freed>::new(pdev, BAR, owner_off, align).err() == Some(EEXIST));
+            }
+        }
+
+        let page = pages.activate(5, owner.clone())?;
+        let raw = page.page().as_ptr();
+        // SAFETY: `raw` is a page we hold a reference to.
+        let pfn = unsafe { bindings::page_to_pfn(raw) };
+        check!(
+            (pfn as u64) << bindings::PAGE_SHIFT == bar_start + off + (5 << bindings::PAGE_SHIFT)
+        );
+        check!(pages.activate(5, owner.clone()).err() == Some(EBUSY));
+        check!(pages.activate(pages.len(), owner.clone()).err() == Some(EINVAL));
+
+        // A second reference (as a mapping or a pin takes) keeps the page in use.
+        // SAFETY: `raw` is a page we hold a reference to.
+        unsafe { bindings::get_page(raw) };
+        drop(page);
+        check!(owner.count.load(Ordering::Relaxed) == 0);
+        check!(pages.activate(5, owner.clone()).err() == Some(EBUSY));
+        // SAFETY: The reference taken above, given up.
+        unsafe { bindings::put_page(raw) };
+        check!(owner.count.load(Ordering::Relaxed) == 1);
+        check!(owner.last.load(Ordering::Relaxed) == 5);
+
+        // Free again, it can be handed out again.
+        drop(pages.activate(5, owner.clone())?);
+        check!(owner.count.load(Ordering::Relaxed) == 2);
+        drop(pages.activate(pages.len() - 1, owner.clone())?);
+        check!(owner.last.load(Ordering::Relaxed) == pages.len() - 1);
+
+        // Dropping the range removes its pages: the same range can be made again.
+        drop(pages);
+        // SAFETY: As above.
+        drop(unsafe { P2pPages::<Freed>::new(pdev, BAR, off, 2 * align) }?);
+        Ok(())
+    }
+}
