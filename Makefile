@@ -30,6 +30,7 @@ bench:
 	mkdir -p build/bench
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-suite.json build/bench/vm-suite.json
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-driver.json build/bench/vm-driver.json
+	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vecsplit.txt build/bench/vecsplit.txt
 	$(BENCH)/plot.py build/bench/vm-suite.json build/bench/plots
 
 # The host suite: the library's engine against fio and a pread pool.

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0
 # make bench: the driver's figures (tools/testing/selftests/fgds/fgds_bench.c),
-# then the in-VM suite (tools/testing/fgds-vm/guest-programs/fgds_vmbench.c):
+# the device requests a vectored or boundary-crossing read becomes
+# (fgds_vecsplit.c), then the in-VM suite (tools/testing/fgds-vm/guest-programs/fgds_vmbench.c):
 # every path, same NVMe, same file, table on the console, rows in
 # /fgds/out/vm-suite.json.
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
 cd /fgds/tests-bin-$FGDS_KCONFIG || exit 1
 ./fgds_bench "$FGDS_EXT4/bench.bin" /fgds/out/vm-driver.json
+echo
+./fgds_vecsplit "$FGDS_EXT4/vecsplit.bin" | tee /fgds/out/vecsplit.txt
 echo
 echo "fgds-guest: in-VM suite (NVMe -> GPU stand-in, every path)"
 ./fgds_vmbench "$FGDS_EXT4/vmbench.bin" /fgds/out/vm-suite.json "$FGDS_CMB_BDF"

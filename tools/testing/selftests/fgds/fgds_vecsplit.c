@@ -4,17 +4,20 @@
  * mappings becomes (a diagnostic, not a test: nothing passes or fails).
  *
  * The block layer ends a bio where the pages change dev_pagemap, and the
- * driver makes one pagemap per 2 MiB chunk of a BAR, so a READV whose
- * segments lie in different chunks is one bio, and so one NVMe command, per
- * segment. For each request size it reads the file N times and counts the
- * reads the disk completed (first field of /sys/dev/block/MAJ:MIN/stat of
- * the file's device) per request, for:
+ * driver makes one pagemap per run of 2 MiB units a registration makes, so a
+ * READV whose segments lie in registrations of their own is one bio, and so
+ * one NVMe command, per segment. For each request size it reads the file N
+ * times and counts the reads the disk completed (first field of
+ * /sys/dev/block/MAJ:MIN/stat of the file's device) per request, for:
  *
  *   plain      one pread of the size into one registration
  *   1-chunk    a preadv of 4 segments in one registration, all 4 inside one
- *              2 MiB chunk (one pagemap: as many commands as plain)
- *   4-regs     a preadv of 4 segments in 4 registrations (4 chunks, 4
- *              pagemaps: 4 bios, what fgds_vmbench's fgds-vec rows do)
+ *              2 MiB unit (one pagemap: as many commands as plain)
+ *   4-regs     a preadv of 4 segments in 4 registrations (4 pagemaps: 4
+ *              bios, what fgds_vmbench's fgds-vec rows do)
+ *   across     one pread of the size into one registration, from half the
+ *              size before the boundary of its two 2 MiB units to half
+ *              after (one pagemap: as many commands as plain)
  *
  *   fgds_vecsplit FILE     (FILE on the NVMe, e.g. $FGDS_EXT4/vecsplit.bin)
  */
@@ -68,7 +71,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fgds_vecsplit: needs " FGDS_NODE " and the vfio stand-in\n");
 		return 1;
 	}
-	/* one registration of 4 MiB (two chunks), four of 2 MiB in other chunks */
+	/* one registration of 4 MiB (two units, one pagemap), four of 2 MiB of their own */
 	if (fgds_buf_get(fd, &v, 0, 4 * MiB, &one))
 		return 1;
 	for (int k = 0; k < 4; k++)
@@ -89,23 +92,29 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("device reads per request, %d requests each (%s):\n", REPS, path);
-	printf("  %-8s %8s %8s %8s\n", "request", "plain", "1-chunk", "4-regs");
+	printf("  %-8s %8s %8s %8s %8s\n", "request", "plain", "1-chunk", "4-regs", "across");
 	for (unsigned int i = 0; i < 2; i++) {
 		size_t bs = sizes[i], q = bs / 4;
 		struct iovec in1[4], in4[4];
-		double per[3];
+		double per[4];
 
 		for (int k = 0; k < 4; k++) {
 			in1[k] = (struct iovec){ one.p + k * q, q };
 			in4[k] = (struct iovec){ seg[k].p, q };
 		}
-		for (int mode = 0; mode < 3; mode++) {
+		for (int mode = 0; mode < 4; mode++) {
 			long r0 = reads_done(st.st_dev);
 
 			for (int n = 0; n < REPS; n++) {
 				off_t off = (off_t)((n * 7919UL * bs) % (FILE_LEN - bs)) & ~4095L;
-				ssize_t got = mode == 0 ? pread(file, one.p, bs, off) :
-					      preadv(file, mode == 1 ? in1 : in4, 4, off);
+				ssize_t got;
+
+				if (mode == 0)
+					got = pread(file, one.p, bs, off);
+				else if (mode == 3)
+					got = pread(file, one.p + 2 * MiB - bs / 2, bs, off);
+				else
+					got = preadv(file, mode == 1 ? in1 : in4, 4, off);
 
 				if (got != (ssize_t)bs) {
 					fprintf(stderr, "fgds_vecsplit: read %zd of %zu: %s\n",
@@ -115,7 +124,7 @@ int main(int argc, char **argv)
 			}
 			per[mode] = (double)(reads_done(st.st_dev) - r0) / REPS;
 		}
-		printf("  %-8zu %8.2f %8.2f %8.2f\n", bs, per[0], per[1], per[2]);
+		printf("  %-8zu %8.2f %8.2f %8.2f %8.2f\n", bs, per[0], per[1], per[2], per[3]);
 	}
 	for (int k = 0; k < 4; k++)
 		fgds_buf_put(fd, &seg[k]);
