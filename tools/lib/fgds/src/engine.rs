@@ -1584,10 +1584,59 @@ fn merge_staged(file: &FileHandle, pieces: Vec<Piece>) -> Vec<Piece> {
     out
 }
 
+/// The distinct buffers of the segments (the same [`Buffer`] once) and each
+/// segment's index among them: segments side by side in one buffer then
+/// merge into one destination, so one copy ([`merge_staged`]).
+fn distinct_buffers<'a>(segs: &[Segment<'a>]) -> (Vec<&'a Buffer>, Vec<usize>) {
+    let mut bufs: Vec<&'a Buffer> = Vec::new();
+    let mut seen: std::collections::HashMap<*const Buffer, usize> =
+        std::collections::HashMap::new();
+    let idx = segs
+        .iter()
+        .map(|s| {
+            *seen.entry(std::ptr::from_ref(s.buffer)).or_insert_with(|| {
+                bufs.push(s.buffer);
+                bufs.len() - 1
+            })
+        })
+        .collect();
+    (bufs, idx)
+}
+
 /// Number of READV/WRITEV requests `vectored` would submit for these
 /// segments with this chunk size (for tests and tuning).
 pub fn packed_requests(segs: &[Segment<'_>], chunk_size: usize) -> usize {
     pack(segs, 0, chunk_size.max(1)).len()
+}
+
+/// A vectored call's segments planned as plain I/Os, neighbouring staged
+/// reads merged ([`merge_staged`]): the call's distinct buffers, its
+/// pieces and the reason it bounces, if it does.
+type Planned<'a> = (Vec<&'a Buffer>, Vec<Piece>, Option<String>);
+
+fn plan_segments<'a>(
+    file: &FileHandle,
+    op: Op,
+    segs: &[Segment<'a>],
+    file_off: u64,
+    blocker: Option<String>,
+) -> Result<Planned<'a>> {
+    let (bufs, idx) = distinct_buffers(segs);
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut reason = blocker.clone();
+    let mut off = file_off;
+    for (s, &i) in segs.iter().zip(&idx) {
+        let (p, r) = plan(file, s.buffer, i, s.offset, s.size, off, blocker.as_deref())?;
+        pieces.extend(p);
+        if reason.is_none() {
+            reason = r;
+        }
+        off += s.size as u64;
+    }
+    if op == Op::Read {
+        pieces = merge_staged(file, pieces);
+    }
+    Ok((bufs, pieces, reason))
 }
 
 fn vectored(
@@ -1615,21 +1664,7 @@ fn vectored(
         // Each segment planned as a plain I/O (edges/bounce as needed), all
         // of them run as one call: in flight together, split over threads
         // like a plain call of the same size.
-        let bufs: Vec<&Buffer> = segs.iter().map(|s| s.buffer).collect();
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut reason = blocker.clone();
-        let mut off = file_off;
-        for (i, s) in segs.iter().enumerate() {
-            let (p, r) = plan(file, s.buffer, i, s.offset, s.size, off, blocker.as_deref())?;
-            pieces.extend(p);
-            if reason.is_none() {
-                reason = r;
-            }
-            off += s.size as u64;
-        }
-        if op == Op::Read {
-            pieces = merge_staged(file, pieces);
-        }
+        let (bufs, pieces, reason) = plan_segments(file, op, segs, file_off, blocker)?;
         let n = run_call(file, &bufs, op, pieces, cancel, reason)?;
         let ctr = if op == Op::Read {
             &st.read_bytes
@@ -1854,4 +1889,72 @@ pub fn readv(file: &FileHandle, segs: &[Segment<'_>], file_off: u64) -> Result<u
 /// `file.writev(segs, file_off)`.
 pub fn writev(file: &FileHandle, segs: &[Segment<'_>], file_off: u64) -> Result<usize> {
     file.writev(segs, file_off)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(len: usize, cfg: Config) -> (tempfile::TempDir, FileHandle) {
+        let d = tempfile::Builder::new()
+            .prefix("fgds-test")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        let p = d.path().join("f");
+        std::fs::write(&p, vec![7u8; len]).expect("write");
+        let f = FileHandle::open(&p, libc::O_RDONLY, 0, cfg).expect("open");
+        (d, f)
+    }
+
+    #[test]
+    fn segments_side_by_side_in_one_buffer_are_one_copy() {
+        let (_d, f) = file(1 << 20, Config::default());
+        let one = Buffer::alloc_host_bounced(64 << 10).expect("alloc");
+        let four: Vec<Buffer> = (0..4)
+            .map(|_| Buffer::alloc_host_bounced(16 << 10).expect("alloc"))
+            .collect();
+        let q = 16 << 10;
+        let side_by_side: Vec<Segment<'_>> = (0..4)
+            .map(|i| Segment {
+                buffer: &one,
+                offset: i * q,
+                size: q,
+            })
+            .collect();
+        let (bufs, p, why) =
+            plan_segments(&f, Op::Read, &side_by_side, 0, Some("test".into())).expect("plan");
+        assert!(why.is_some());
+        assert_eq!(bufs.len(), 1, "one buffer, once");
+        assert_eq!(p.len(), 1, "one read");
+        assert_eq!(
+            p[0].more,
+            vec![(0, 0, 64 << 10)],
+            "one destination: one copy"
+        );
+        let apart: Vec<Segment<'_>> = four
+            .iter()
+            .map(|b| Segment {
+                buffer: b,
+                offset: 0,
+                size: q,
+            })
+            .collect();
+        let (bufs, p, _) =
+            plan_segments(&f, Op::Read, &apart, 0, Some("test".into())).expect("plan");
+        assert_eq!((bufs.len(), p.len()), (4, 1), "one read");
+        let dests: Vec<usize> = p[0].more.iter().map(|d| d.0).collect();
+        assert_eq!(dests, vec![0, 1, 2, 3], "a copy into each buffer");
+        // one buffer, but not side by side: a copy per segment
+        let gaps: Vec<Segment<'_>> = (0..2)
+            .map(|i| Segment {
+                buffer: &one,
+                offset: i * 2 * q,
+                size: q,
+            })
+            .collect();
+        let (bufs, p, _) =
+            plan_segments(&f, Op::Read, &gaps, 0, Some("test".into())).expect("plan");
+        assert_eq!((bufs.len(), p.len()), (1, 1));
+        assert_eq!(p[0].more, vec![(0, 0, q), (0, 2 * q, q)]);
+    }
 }
