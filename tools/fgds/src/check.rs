@@ -568,6 +568,9 @@ fn config_report() -> ConfigReport {
         match name {
             "FGDS_STRICT" => u8::from(e.strict).to_string(),
             "FGDS_CHUNK_SIZE" => e.chunk_size.to_string(),
+            "FGDS_BOUNCE_CHUNK_SIZE" => e.bounce_chunk_size.to_string(),
+            "FGDS_SPLIT_SIZE" => e.split_size.to_string(),
+            "FGDS_BOUNCE_SPLIT_SIZE" => e.bounce_split_size.to_string(),
             "FGDS_QUEUE_DEPTH" => e.queue_depth.to_string(),
             "FGDS_THREADS" => e.threads.to_string(),
             "FGDS_IO_URING" => u8::from(e.use_io_uring).to_string(),

@@ -20,13 +20,25 @@
 //! calling thread alone, 39362 on 16 threads with 16 MiB parts, a batch of
 //! 64 x 32 MiB 37039); the table is in `tools/lib/fgds/README.md`.
 //!
+//! The bounce path has sizes of its own ([`Config::bounce_chunk_size`],
+//! 4 MiB pieces, and [`Config::bounce_split_size`], 8 MiB parts, for a call
+//! mostly through it), so that `chunk_size` stays the size of every
+//! O_DIRECT request of the direct path (below an NVMe's MDTS) while the
+//! bounce path pays its per-piece costs (a system call, a queued copy, a
+//! wait) over fewer pieces. Measured on the H200 machine with
+//! `gpu-tune.py --only bounce` (the table is in the README).
+//!
 //! # The bounce path
 //!
 //! Memory the kernel cannot reach directly (GPU memory without an fgds
 //! mapping) is read through pinned host bounce buffers and copied on to the
-//! GPU with copies queued on the thread's stream, waited for once per call
-//! (or when the thread runs out of bounce buffers), so that the copies of
-//! one piece overlap the reads of the next. Reads reach the bounce buffers
+//! GPU with copies queued on the thread's stream, waited for once per part
+//! of a call (or when the thread runs out of bounce buffers: at most
+//! 8 MiB of them a thread, 2 pieces at least). Reads through the page
+//! cache into the bounce buffers go one at a time, so that the copy of one
+//! piece overlaps the read of the next (such a read completes when it is
+//! submitted: submitted together, a part's reads would all be done before
+//! its first copy); O_DIRECT bounce reads keep `queue_depth` in flight. Reads reach the bounce buffers
 //! in one of two ways, chosen per call (per part of a split call) from the
 //! page cache's state, which `cachestat(2)` measures
 //! ([`BounceRead::Auto`]): through the page cache when it holds at least
@@ -64,6 +76,18 @@ pub const DEFAULT_QUEUE_DEPTH: u32 = 16;
 /// Default bytes of a call each of its threads takes at a time (see the
 /// module documentation).
 pub const DEFAULT_SPLIT_SIZE: usize = 16 << 20;
+/// Default bytes of one piece of the bounce path (see the module
+/// documentation).
+pub const DEFAULT_BOUNCE_CHUNK_SIZE: usize = 4 << 20;
+/// Default bytes of a bounced call each of its threads takes at a time
+/// (see the module documentation).
+pub const DEFAULT_BOUNCE_SPLIT_SIZE: usize = 8 << 20;
+/// Pinned bounce buffers one thread of a call holds at most, in bytes (and
+/// at least two pieces' worth): the bounce path's buffers of a thread are
+/// `min(8, queue_depth, this / bounce_chunk_size)` pieces, at least 2. On
+/// the H200 machine a batch of 32 MiB reads with 4 MiB pieces ran 41262
+/// MiB/s with 2 buffers a thread and 35375 with 4 (tools/lib/fgds/README.md).
+const BOUNCE_BYTES_PER_THREAD: usize = 8 << 20;
 
 /// How the bounce path's reads reach the bounce buffers (see the module
 /// documentation).
@@ -82,8 +106,17 @@ pub enum BounceRead {
 /// Tunables of a [`FileHandle`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Bytes per request a large I/O is split into (multiple of 4096).
+    /// Bytes per request a large I/O is split into on the direct path (peer
+    /// to peer, O_DIRECT into host memory) and through the page cache into
+    /// host memory (multiple of 4096).
     pub chunk_size: usize,
+    /// Bytes per piece on the bounce path (memory the kernel cannot reach:
+    /// a read into a pinned bounce buffer and its copy to the GPU, or a
+    /// copy out of the GPU and its write), multiple of 4096. Apart from
+    /// `chunk_size` so that the direct path keeps requests below an NVMe's
+    /// transfer limit while the bounce path pays its per-piece costs (a
+    /// system call, a queued copy, a wait) over fewer, larger pieces.
+    pub bounce_chunk_size: usize,
     /// Requests in flight per thread of a call (io_uring entries of the
     /// thread's ring; a call split over `parallel` threads has up to
     /// `parallel * queue_depth`).
@@ -103,6 +136,8 @@ pub struct Config {
     /// Bytes of a call each thread takes at a time (a multiple of 4096): a
     /// call of at most this many bytes runs on the calling thread alone.
     pub split_size: usize,
+    /// `split_size` for a call that goes mostly through the bounce path.
+    pub bounce_split_size: usize,
     /// How reads into memory that bounces reach the bounce buffers.
     pub bounce_read: BounceRead,
 }
@@ -114,12 +149,14 @@ impl Default for Config {
         let e = crate::env::env();
         Config {
             chunk_size: e.chunk_size,
+            bounce_chunk_size: e.bounce_chunk_size,
             queue_depth: e.queue_depth,
             strict: e.strict,
             use_io_uring: e.use_io_uring,
             disable_direct: false,
             parallel: e.parallel,
             split_size: e.split_size,
+            bounce_split_size: e.bounce_split_size,
             bounce_read: e.bounce_read,
         }
     }
@@ -133,6 +170,15 @@ impl Config {
             return Err(Error::InvalidArgument(format!(
                 "chunk_size {} must be a non-zero multiple of 4096 up to {MAX_RW_COUNT}",
                 self.chunk_size
+            )));
+        }
+        if self.bounce_chunk_size == 0
+            || self.bounce_chunk_size % 4096 != 0
+            || self.bounce_chunk_size > MAX_RW_COUNT
+        {
+            return Err(Error::InvalidArgument(format!(
+                "bounce_chunk_size {} must be a non-zero multiple of 4096 up to {MAX_RW_COUNT}",
+                self.bounce_chunk_size
             )));
         }
         if self.queue_depth == 0 || self.queue_depth > 4096 {
@@ -151,6 +197,12 @@ impl Config {
             return Err(Error::InvalidArgument(format!(
                 "split_size {} must be a non-zero multiple of 4096",
                 self.split_size
+            )));
+        }
+        if self.bounce_split_size == 0 || self.bounce_split_size % 4096 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "bounce_split_size {} must be a non-zero multiple of 4096",
+                self.bounce_split_size
             )));
         }
         Ok(())
@@ -598,7 +650,6 @@ fn plan(
     force_bounce: Option<&str>,
 ) -> Result<(Vec<Piece>, Option<String>)> {
     let cfg = &file.config;
-    let chunk = cfg.chunk_size;
     let end = file_off + size as u64;
     let blocker = force_bounce
         .map(str::to_string)
@@ -614,6 +665,12 @@ fn plan(
     let ind = indirect_mode(buf);
     let push_range = |pieces: &mut Vec<Piece>, from: u64, to: u64, mode: Mode| {
         let mut o = from;
+        // The bounce path's pieces have their own size (Config::bounce_chunk_size).
+        let chunk = if mode == Mode::Staged {
+            cfg.bounce_chunk_size
+        } else {
+            cfg.chunk_size
+        };
         while o < to {
             // A bounced piece ends on a chunk boundary of the file, so that
             // the aligned blocks an O_DIRECT bounce read covers stay within
@@ -880,7 +937,10 @@ fn run_pieces(
     let mut slots = Slots {
         free: Vec::new(),
         count: 0,
-        max: qd.clamp(2, 8),
+        max: qd
+            .min(8)
+            .min(BOUNCE_BYTES_PER_THREAD / cfg.bounce_chunk_size.max(1))
+            .max(2),
     };
     let mut slot_of: Vec<Option<Staging>> = (0..pieces.len()).map(|_| None).collect();
     let mut pending: VecDeque<usize> = (0..pieces.len()).collect();
@@ -903,6 +963,14 @@ fn run_pieces(
                     break;
                 }
                 let p = &pieces[i];
+                // A read of the page cache into a bounce buffer completes
+                // when it is submitted: one at a time, so that the copy to
+                // the GPU queued when one completes runs while the next is
+                // read (all of them submitted together would read every
+                // piece first, and copy them after).
+                if !write && p.mode == Mode::Staged && inflight > 0 {
+                    break;
+                }
                 let buf = bufs[p.buf];
                 let (mut off, mut len) = (p.file_off, p.len);
                 let (fd, ptr) = match p.mode {
@@ -1207,6 +1275,16 @@ fn split_work(ctl: &SplitCtl, refs: &SplitRefs<'_>) {
     }
 }
 
+/// The part size of a call of `total` bytes, `staged` of them through the
+/// bounce path: `bounce_split_size` when that is most of them.
+fn split_size(cfg: &Config, staged: u64, total: u64) -> usize {
+    if staged * 2 > total {
+        cfg.bounce_split_size
+    } else {
+        cfg.split_size
+    }
+}
+
 /// Runs a call's pieces: on the calling thread alone when the call is at
 /// most `split_size` bytes (or `parallel` is 1), else cut into parts of
 /// about `split_size` bytes that the calling thread and up to
@@ -1228,7 +1306,12 @@ fn run_call(
     let fell_back = AtomicBool::new(plan_reason.is_some());
     let cfg = &file.config;
     let total: u64 = pieces.iter().map(|p| p.len as u64).sum();
-    let split = cfg.split_size as u64;
+    let staged: u64 = pieces
+        .iter()
+        .filter(|p| p.mode == Mode::Staged)
+        .map(|p| p.len as u64)
+        .sum();
+    let split = split_size(cfg, staged, total) as u64;
     let threads = (cfg.parallel as usize).min(crate::env::env().threads + 1);
     // Writes through the page cache take the file's inode lock one at a
     // time (ext4, xfs): more threads only contend for it (4 GiB from GPU
@@ -1556,7 +1639,7 @@ fn pack(segs: &[Segment<'_>], file_off: u64, chunk: usize) -> Vec<VReq> {
 /// then costs what a read of the same bytes costs, plus a queued copy per
 /// segment.
 fn merge_staged(file: &FileHandle, pieces: Vec<Piece>) -> Vec<Piece> {
-    let chunk = file.config.chunk_size;
+    let chunk = file.config.bounce_chunk_size;
     let a = file.off_align.max(1);
     let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
     for p in pieces {
@@ -1906,9 +1989,62 @@ mod tests {
         (d, f)
     }
 
+    /// Bytes of each piece of a plain call (the destinations of a merged one).
+    fn sizes(pieces: &[Piece]) -> Vec<usize> {
+        pieces.iter().map(|p| p.len).collect()
+    }
+
+    #[test]
+    fn bounce_pieces_and_direct_requests_have_their_own_sizes() {
+        let cfg = Config {
+            chunk_size: 64 << 10,
+            bounce_chunk_size: 256 << 10,
+            ..Config::default()
+        };
+        let (_d, f) = file(1 << 20, cfg);
+        let bounced = Buffer::alloc_host_bounced(1 << 20).expect("alloc");
+        let host = Buffer::alloc_host(1 << 20).expect("alloc");
+        let (p, why) = plan(&f, &bounced, 0, 0, 1 << 20, 0, None).expect("plan");
+        assert!(why.is_some(), "bounced memory bounces");
+        assert_eq!(sizes(&p), vec![256 << 10; 4]);
+        assert!(p.iter().all(|p| p.mode == Mode::Staged));
+        let (p, why) = plan(&f, &host, 0, 0, 1 << 20, 0, None).expect("plan");
+        assert!(why.is_none(), "{why:?}");
+        assert_eq!(sizes(&p), vec![64 << 10; 16]);
+        assert!(p.iter().all(|p| p.mode == Mode::Direct));
+        // a bounced piece ends on a bounce-chunk boundary of the file
+        let (p, _) = plan(&f, &bounced, 0, 0, 300 << 10, 100 << 10, None).expect("plan");
+        assert_eq!(sizes(&p), vec![156 << 10, 144 << 10]);
+        // the defaults differ: 4 MiB pieces, 1 MiB requests
+        let d = Config::default();
+        assert_eq!(
+            (d.bounce_chunk_size, d.chunk_size),
+            (DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_CHUNK_SIZE)
+        );
+        assert_ne!(DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_CHUNK_SIZE);
+    }
+
+    #[test]
+    fn a_bounced_call_is_split_in_its_own_parts() {
+        let cfg = Config {
+            split_size: 16 << 20,
+            bounce_split_size: 8 << 20,
+            ..Config::default()
+        };
+        assert_eq!(split_size(&cfg, 0, 100), 16 << 20, "direct");
+        assert_eq!(split_size(&cfg, 50, 100), 16 << 20, "half and half");
+        assert_eq!(split_size(&cfg, 51, 100), 8 << 20, "mostly bounced");
+        assert_eq!(split_size(&cfg, 100, 100), 8 << 20, "bounced");
+        assert_ne!(DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_SPLIT_SIZE);
+    }
+
     #[test]
     fn segments_side_by_side_in_one_buffer_are_one_copy() {
-        let (_d, f) = file(1 << 20, Config::default());
+        let cfg = Config {
+            bounce_chunk_size: 1 << 20,
+            ..Config::default()
+        };
+        let (_d, f) = file(1 << 20, cfg);
         let one = Buffer::alloc_host_bounced(64 << 10).expect("alloc");
         let four: Vec<Buffer> = (0..4)
             .map(|_| Buffer::alloc_host_bounced(16 << 10).expect("alloc"))

@@ -11,7 +11,8 @@
 //! configuration in force.
 
 use crate::engine::{
-    BounceRead, DEFAULT_CHUNK_SIZE, DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT,
+    BounceRead, DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_CHUNK_SIZE,
+    DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT,
 };
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
@@ -37,7 +38,12 @@ pub const VARS: &[Var] = &[
     Var {
         name: "FGDS_CHUNK_SIZE",
         default: "1M",
-        meaning: "bytes a large request is split into (`Config::chunk_size`): a multiple of 4096, suffixes K, M, G",
+        meaning: "bytes a large request is split into on the direct path and into host memory (`Config::chunk_size`): a multiple of 4096, suffixes K, M, G",
+    },
+    Var {
+        name: "FGDS_BOUNCE_CHUNK_SIZE",
+        default: "4M",
+        meaning: "bytes per piece of the bounce path, a read into a pinned bounce buffer and its copy to the GPU or the reverse (`Config::bounce_chunk_size`): a multiple of 4096, suffixes K, M, G",
     },
     Var {
         name: "FGDS_QUEUE_DEPTH",
@@ -60,6 +66,11 @@ pub const VARS: &[Var] = &[
         meaning: "bytes of a call each of its threads takes at a time (`Config::split_size`): a multiple of 4096, suffixes K, M, G; smaller calls run on the calling thread alone",
     },
     Var {
+        name: "FGDS_BOUNCE_SPLIT_SIZE",
+        default: "8M",
+        meaning: "`FGDS_SPLIT_SIZE` for a call mostly through the bounce path (`Config::bounce_split_size`)",
+    },
+    Var {
         name: "FGDS_BOUNCE_READ",
         default: "auto",
         meaning: "how bounced reads (GPU memory without P2P) reach the bounce buffers (`Config::bounce_read`): auto (O_DIRECT unless cachestat(2) finds most of the range in the page cache), direct, buffered",
@@ -78,6 +89,8 @@ pub struct Env {
     pub strict: bool,
     /// `FGDS_CHUNK_SIZE`.
     pub chunk_size: usize,
+    /// `FGDS_BOUNCE_CHUNK_SIZE`.
+    pub bounce_chunk_size: usize,
     /// `FGDS_QUEUE_DEPTH`.
     pub queue_depth: u32,
     /// `FGDS_THREADS`.
@@ -88,6 +101,8 @@ pub struct Env {
     pub parallel: u32,
     /// `FGDS_SPLIT_SIZE`.
     pub split_size: usize,
+    /// `FGDS_BOUNCE_SPLIT_SIZE`.
+    pub bounce_split_size: usize,
     /// `FGDS_BOUNCE_READ`.
     pub bounce_read: BounceRead,
     /// The variables that are set, with their values, in [`VARS`] order.
@@ -133,11 +148,13 @@ impl Env {
         let mut e = Env {
             strict: false,
             chunk_size: DEFAULT_CHUNK_SIZE,
+            bounce_chunk_size: DEFAULT_BOUNCE_CHUNK_SIZE,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             threads: default_threads(),
             use_io_uring: true,
             parallel: 0,
             split_size: DEFAULT_SPLIT_SIZE,
+            bounce_split_size: DEFAULT_BOUNCE_SPLIT_SIZE,
             bounce_read: BounceRead::Auto,
             set: Vec::new(),
             errors: Vec::new(),
@@ -156,6 +173,15 @@ impl Env {
                 "FGDS_CHUNK_SIZE" => match parse_size(&val) {
                     Some(n) if n > 0 && n % 4096 == 0 && n <= MAX_RW_COUNT as u64 => {
                         e.chunk_size = n as usize;
+                        Ok(())
+                    }
+                    _ => Err(bad(
+                        "not a non-zero multiple of 4096 up to 2 GiB - 4 KiB (suffixes K, M, G)",
+                    )),
+                },
+                "FGDS_BOUNCE_CHUNK_SIZE" => match parse_size(&val) {
+                    Some(n) if n > 0 && n % 4096 == 0 && n <= MAX_RW_COUNT as u64 => {
+                        e.bounce_chunk_size = n as usize;
                         Ok(())
                     }
                     _ => Err(bad(
@@ -186,6 +212,13 @@ impl Env {
                 "FGDS_SPLIT_SIZE" => match parse_size(&val) {
                     Some(n) if n > 0 && n % 4096 == 0 && n <= usize::MAX as u64 => {
                         e.split_size = n as usize;
+                        Ok(())
+                    }
+                    _ => Err(bad("not a non-zero multiple of 4096 (suffixes K, M, G)")),
+                },
+                "FGDS_BOUNCE_SPLIT_SIZE" => match parse_size(&val) {
+                    Some(n) if n > 0 && n % 4096 == 0 && n <= usize::MAX as u64 => {
+                        e.bounce_split_size = n as usize;
                         Ok(())
                     }
                     _ => Err(bad("not a non-zero multiple of 4096 (suffixes K, M, G)")),
@@ -248,8 +281,22 @@ mod tests {
         assert!((4..=16).contains(&e.threads));
         assert_eq!(e.parallel as usize, e.threads);
         assert_eq!(e.split_size, DEFAULT_SPLIT_SIZE);
+        assert_eq!(e.bounce_chunk_size, DEFAULT_BOUNCE_CHUNK_SIZE);
         assert_eq!(e.bounce_read, BounceRead::Auto);
         assert!(e.set.is_empty() && e.check().is_ok());
+        // the table's defaults are the code's
+        let d = |n: &str| VARS.iter().find(|v| v.name == n).map(|v| v.default);
+        let size = |n: &str| d(n).and_then(parse_size).map(|v| v as usize);
+        assert_eq!(size("FGDS_CHUNK_SIZE"), Some(DEFAULT_CHUNK_SIZE));
+        assert_eq!(
+            size("FGDS_BOUNCE_CHUNK_SIZE"),
+            Some(DEFAULT_BOUNCE_CHUNK_SIZE)
+        );
+        assert_eq!(size("FGDS_SPLIT_SIZE"), Some(DEFAULT_SPLIT_SIZE));
+        assert_eq!(
+            size("FGDS_BOUNCE_SPLIT_SIZE"),
+            Some(DEFAULT_BOUNCE_SPLIT_SIZE)
+        );
     }
 
     #[test]
@@ -263,12 +310,18 @@ mod tests {
             ("FGDS_PARALLEL", "3"),
             ("FGDS_SPLIT_SIZE", "64M"),
             ("FGDS_BOUNCE_READ", "Direct"),
+            ("FGDS_BOUNCE_CHUNK_SIZE", "2M"),
+            ("FGDS_BOUNCE_SPLIT_SIZE", "32M"),
         ]);
         assert!(e.strict && !e.use_io_uring);
+        assert_eq!(
+            (e.bounce_chunk_size, e.bounce_split_size),
+            (2 << 20, 32 << 20)
+        );
         assert_eq!(e.bounce_read, BounceRead::Direct);
         assert_eq!((e.chunk_size, e.queue_depth, e.threads), (256 << 10, 64, 2));
         assert_eq!((e.parallel, e.split_size), (3, 64 << 20));
-        assert_eq!(e.set.len(), 8);
+        assert_eq!(e.set.len(), 10);
         let b = with(&[("FGDS_BOUNCE_READ", "buffered")]);
         assert_eq!(b.bounce_read, BounceRead::Buffered);
         assert!(e.check().is_ok());
@@ -284,10 +337,16 @@ mod tests {
             ("FGDS_PARALLEL", "0"),
             ("FGDS_SPLIT_SIZE", "5000"),
             ("FGDS_BOUNCE_READ", "sometimes"),
+            ("FGDS_BOUNCE_CHUNK_SIZE", "0"),
+            ("FGDS_BOUNCE_SPLIT_SIZE", "12K3"),
         ]);
         assert_eq!(e.chunk_size, 1 << 20, "the default stays");
+        assert_eq!(
+            e.bounce_chunk_size, DEFAULT_BOUNCE_CHUNK_SIZE,
+            "the default stays"
+        );
         assert_eq!(e.bounce_read, BounceRead::Auto, "the default stays");
-        assert_eq!(e.errors.len(), 7);
+        assert_eq!(e.errors.len(), 9);
         let m = e.check().unwrap_err().to_string();
         for n in [
             "FGDS_CHUNK_SIZE=\"1000\"",
@@ -297,6 +356,8 @@ mod tests {
             "FGDS_PARALLEL=\"0\"",
             "FGDS_SPLIT_SIZE=\"5000\"",
             "FGDS_BOUNCE_READ=\"sometimes\"",
+            "FGDS_BOUNCE_CHUNK_SIZE=\"0\"",
+            "FGDS_BOUNCE_SPLIT_SIZE=\"12K3\"",
         ] {
             assert!(m.contains(n), "{m}");
         }

@@ -25,6 +25,7 @@ fn pattern_file(dir: &tempfile::TempDir, name: &str, len: usize) -> std::path::P
 fn cfg(bounce_read: BounceRead) -> Config {
     Config {
         chunk_size: 64 * 1024,
+        bounce_chunk_size: 64 * 1024,
         queue_depth: 8,
         parallel: 1,
         bounce_read,
@@ -225,6 +226,7 @@ fn a_split_call_is_exact_on_every_thread() {
         let c = Config {
             parallel: 4,
             split_size: 256 * 1024,
+            bounce_split_size: 256 * 1024,
             ..cfg(mode)
         };
         let f = open_ro(&p, c);
