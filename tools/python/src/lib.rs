@@ -581,15 +581,21 @@ fn parse_mode(mode: &str) -> PyResult<i32> {
 
 /// `File(path, mode="r", *, flags=None, perm=0o644, strict=None,
 /// chunk_size=None, queue_depth=None, use_io_uring=None, direct=True,
-/// parallel=None, split_size=None, bounce_read=None)`.
+/// parallel=None, split_size=None, bounce_read=None, bounce_chunk_size=None,
+/// bounce_split_size=None)`.
 ///
 /// `None` means the default: the library's, or what the `FGDS_*`
 /// environment variables set (`FGDS_STRICT`, `FGDS_CHUNK_SIZE`,
 /// `FGDS_QUEUE_DEPTH`, `FGDS_IO_URING`, `FGDS_PARALLEL`,
-/// `FGDS_SPLIT_SIZE`, `FGDS_BOUNCE_READ`). `bounce_read`: how reads into
-/// GPU memory without P2P reach the bounce buffers: "auto" (O_DIRECT unless
-/// cachestat(2) finds most of the range in the page cache), "direct",
-/// "buffered".
+/// `FGDS_SPLIT_SIZE`, `FGDS_BOUNCE_READ`, `FGDS_BOUNCE_CHUNK_SIZE`,
+/// `FGDS_BOUNCE_SPLIT_SIZE`).
+/// `chunk_size`: bytes per request on the direct path and into host
+/// memory. `bounce_read`: how reads into GPU memory without P2P reach the
+/// bounce buffers: "auto" (O_DIRECT unless cachestat(2) finds most of the
+/// range in the page cache), "direct", "buffered". `bounce_chunk_size`:
+/// bytes per piece of that bounce path (a read into a pinned buffer and
+/// its copy to the GPU, or the reverse); `bounce_split_size`: `split_size`
+/// for a call mostly through that path.
 ///
 /// A file opened for fgds I/O: an O_DIRECT descriptor (when the file system
 /// accepts it) plus a buffered one. `flags` (os.O_* bits) overrides `mode`.
@@ -622,6 +628,8 @@ fn make_config(
     parallel: Option<u32>,
     split_size: Option<usize>,
     bounce_read: Option<&str>,
+    bounce_chunk_size: Option<usize>,
+    bounce_split_size: Option<usize>,
 ) -> PyResult<Config> {
     let d = Config::default();
     let bounce_read = match bounce_read {
@@ -637,12 +645,14 @@ fn make_config(
     };
     Ok(Config {
         chunk_size: chunk_size.unwrap_or(d.chunk_size),
+        bounce_chunk_size: bounce_chunk_size.unwrap_or(d.bounce_chunk_size),
         queue_depth: queue_depth.unwrap_or(d.queue_depth),
         strict: strict.unwrap_or(d.strict),
         use_io_uring: use_io_uring.unwrap_or(d.use_io_uring),
         disable_direct: !direct,
         parallel: parallel.unwrap_or(d.parallel),
         split_size: split_size.unwrap_or(d.split_size),
+        bounce_split_size: bounce_split_size.unwrap_or(d.bounce_split_size),
         bounce_read,
     })
 }
@@ -715,7 +725,7 @@ fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
 #[pymethods]
 impl File {
     #[new]
-    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None))]
+    #[pyo3(signature = (path, mode="r", *, flags=None, perm=0o644, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None, bounce_chunk_size=None, bounce_split_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
@@ -731,6 +741,8 @@ impl File {
         parallel: Option<u32>,
         split_size: Option<usize>,
         bounce_read: Option<&str>,
+        bounce_chunk_size: Option<usize>,
+        bounce_split_size: Option<usize>,
     ) -> PyResult<File> {
         let fl = match flags {
             Some(f) => f,
@@ -745,6 +757,8 @@ impl File {
             parallel,
             split_size,
             bounce_read,
+            bounce_chunk_size,
+            bounce_split_size,
         )?;
         let p = path.clone();
         let h = py
@@ -758,7 +772,7 @@ impl File {
 
     /// `File.from_fd(fd, **config)`: wraps an open descriptor (duplicated).
     #[staticmethod]
-    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None))]
+    #[pyo3(signature = (fd, *, strict=None, chunk_size=None, queue_depth=None, use_io_uring=None, direct=true, parallel=None, split_size=None, bounce_read=None, bounce_chunk_size=None, bounce_split_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_fd(
         fd: i32,
@@ -770,6 +784,8 @@ impl File {
         parallel: Option<u32>,
         split_size: Option<usize>,
         bounce_read: Option<&str>,
+        bounce_chunk_size: Option<usize>,
+        bounce_split_size: Option<usize>,
     ) -> PyResult<File> {
         let cfg = make_config(
             strict,
@@ -780,6 +796,8 @@ impl File {
             parallel,
             split_size,
             bounce_read,
+            bounce_chunk_size,
+            bounce_split_size,
         )?;
         let h = FileHandle::from_fd(fd, cfg).map_err(to_py)?;
         Ok(File {
@@ -1491,7 +1509,8 @@ fn strerror(code: i32) -> &'static str {
 
 /// `config() -> dict`: the defaults in force, from the `FGDS_*`
 /// environment variables read once per process (`strict`, `chunk_size`,
-/// `queue_depth`, `threads`, `use_io_uring`, `parallel`, `split_size`), with `set` (the variables
+/// `queue_depth`, `threads`, `use_io_uring`, `parallel`, `split_size`, `bounce_chunk_size`,
+/// `bounce_split_size`, `bounce_read`), with `set` (the variables
 /// set and their values) and `errors` (one message per bad value; opening
 /// a file then fails with it).
 #[pyfunction]
@@ -1505,6 +1524,8 @@ fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("use_io_uring", e.use_io_uring)?;
     d.set_item("parallel", e.parallel)?;
     d.set_item("split_size", e.split_size)?;
+    d.set_item("bounce_chunk_size", e.bounce_chunk_size)?;
+    d.set_item("bounce_split_size", e.bounce_split_size)?;
     d.set_item(
         "bounce_read",
         match e.bounce_read {
@@ -1565,5 +1586,13 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;
     m.add("DEFAULT_QUEUE_DEPTH", fgds::engine::DEFAULT_QUEUE_DEPTH)?;
     m.add("DEFAULT_SPLIT_SIZE", fgds::engine::DEFAULT_SPLIT_SIZE)?;
+    m.add(
+        "DEFAULT_BOUNCE_CHUNK_SIZE",
+        fgds::engine::DEFAULT_BOUNCE_CHUNK_SIZE,
+    )?;
+    m.add(
+        "DEFAULT_BOUNCE_SPLIT_SIZE",
+        fgds::engine::DEFAULT_BOUNCE_SPLIT_SIZE,
+    )?;
     Ok(())
 }

@@ -407,7 +407,12 @@ def test_one_call_split_over_threads(path):
         parts = [bytearray(1_000_000), np.zeros(3_000_000, np.uint8), bytearray(2_000_000)]
         assert f.readv(parts, 11) == src.nbytes - 11
         assert b"".join(bytes(p) for p in parts)[: src.nbytes - 11] == src.tobytes()[11:]
-    for bad in ({"parallel": 0}, {"split_size": 1000}):
+    # the bounce path's own sizes are accepted, and checked
+    with fgds.File(path, "r", bounce_chunk_size=1 << 20, bounce_split_size=2 << 20) as f:
+        out = bytearray(src.nbytes)
+        assert f.pread(out) == src.nbytes and out == src.tobytes()
+    for bad in ({"parallel": 0}, {"split_size": 1000}, {"bounce_chunk_size": 1000},
+                {"bounce_chunk_size": 0}, {"bounce_split_size": 5000}):
         with pytest.raises(fgds.FgdsError) as e:
             fgds.File(path, "r", **bad)
         assert e.value.errno == errno.EINVAL

@@ -48,6 +48,10 @@ def test_defaults(tmpdir_ext4):
     assert c["chunk_size"] == fgds_default("DEFAULT_CHUNK_SIZE")
     assert c["queue_depth"] == fgds_default("DEFAULT_QUEUE_DEPTH")
     assert c["split_size"] == fgds_default("DEFAULT_SPLIT_SIZE")
+    assert c["bounce_chunk_size"] == fgds_default("DEFAULT_BOUNCE_CHUNK_SIZE")
+    assert c["bounce_split_size"] == fgds_default("DEFAULT_BOUNCE_SPLIT_SIZE")
+    # the bounce path's pieces are not the direct path's requests
+    assert c["bounce_chunk_size"] != c["chunk_size"]
     assert c["parallel"] == c["threads"]
     assert c["set"] == {} and c["errors"] == []
     assert out["misaligned"] == "ok"
@@ -73,6 +77,16 @@ def test_environment_sets_the_split(tmpdir_ext4):
     c = out["config"]
     assert (c["parallel"], c["split_size"]) == (3, 1 << 20)
     assert c["set"] == {"FGDS_PARALLEL": "3", "FGDS_SPLIT_SIZE": "1M"}
+
+
+def test_environment_sets_the_bounce_sizes(tmpdir_ext4):
+    out = run(tmpdir_ext4, FGDS_BOUNCE_CHUNK_SIZE="2M", FGDS_BOUNCE_SPLIT_SIZE="32M")
+    c = out["config"]
+    assert (c["bounce_chunk_size"], c["bounce_split_size"]) == (2 << 20, 32 << 20)
+    assert c["chunk_size"] == fgds_default("DEFAULT_CHUNK_SIZE")
+    bad = run(tmpdir_ext4, FGDS_BOUNCE_CHUNK_SIZE="3000")
+    code, msg = bad["open"]
+    assert code == 22 and 'FGDS_BOUNCE_CHUNK_SIZE="3000"' in msg, msg
 
 
 def test_bad_value_is_a_clear_error(tmpdir_ext4):

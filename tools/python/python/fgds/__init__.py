@@ -22,6 +22,8 @@ from ._fgds import (  # noqa: F401
     DEFAULT_CHUNK_SIZE,
     DEFAULT_QUEUE_DEPTH,
     DEFAULT_SPLIT_SIZE,
+    DEFAULT_BOUNCE_CHUNK_SIZE,
+    DEFAULT_BOUNCE_SPLIT_SIZE,
     IOV_MAX,
     Batch,
     Buffer,
@@ -56,6 +58,8 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_QUEUE_DEPTH",
     "DEFAULT_SPLIT_SIZE",
+    "DEFAULT_BOUNCE_CHUNK_SIZE",
+    "DEFAULT_BOUNCE_SPLIT_SIZE",
 ]
 
 __version__ = "0.1.0"

@@ -10,6 +10,8 @@ BATCH_IOV_MAX: int
 DEFAULT_CHUNK_SIZE: int
 DEFAULT_QUEUE_DEPTH: int
 DEFAULT_SPLIT_SIZE: int
+DEFAULT_BOUNCE_CHUNK_SIZE: int
+DEFAULT_BOUNCE_SPLIT_SIZE: int
 
 class FgdsError(OSError):
     """An fgds operation failed; ``errno`` says why, the message ends with
@@ -73,6 +75,8 @@ class File:
         parallel: Optional[int] = None,
         split_size: Optional[int] = None,
         bounce_read: Optional[str] = None,
+        bounce_chunk_size: Optional[int] = None,
+        bounce_split_size: Optional[int] = None,
     ) -> "File": ...
     @staticmethod
     def from_fd(
@@ -86,6 +90,8 @@ class File:
         parallel: Optional[int] = None,
         split_size: Optional[int] = None,
         bounce_read: Optional[str] = None,
+        bounce_chunk_size: Optional[int] = None,
+        bounce_split_size: Optional[int] = None,
     ) -> "File": ...
     def pread(
         self, buf: _Memory, size: Optional[int] = None, file_offset: int = 0, buf_offset: int = 0
