@@ -7,8 +7,8 @@
    page cache's (a pool of pread threads into host memory); fgds as one
    call (`File.pread` of the whole file; the same with `parallel=1`, the
    calling thread alone; with the bounce reads forced through the page
-   cache and forced O_DIRECT, `bounce_read=`; warm, with 8 MiB chunks in
-   4 MiB parts), as a
+   cache and forced O_DIRECT, `bounce_read=`; warm, with 8 MiB bounce
+   pieces in 8 MiB parts), as a
    batch (64 x 32 MiB requests) and into host memory (its O_DIRECT path,
    one call and batch); plain read + copy; a pinned double-buffered loop;
    KvikIO (its defaults, and 16 threads); torch.cuda.gds (how it fails, if
@@ -31,11 +31,13 @@ mincore(2) before each round and recorded.
 
 Prints a table and writes JSON (--json, rewritten after every row, so a run
 cut short keeps what it measured); report.py turns it into
-docs/benchmarks.md section 3. The whole run took 286 s on the H200 machine
-(4 GiB file, 2 GiB state dict, 3 rounds); the published one ran in one call
-with gpu-vec.py before it (--json $OUT/gpu-vec.json, same --dir) and
-gpu-vec.py with main's wheel after it (its own --target, --json
-$OUT/gpu-vec-main.json), 364 s in all.
+docs/benchmarks.md section 3. The published run ran in one call with
+gpu-vec.py before it (--json $OUT/gpu-vec.json, same --dir), gpu-vec.py
+with main's wheel after it (installed in its own --target, --json
+$OUT/gpu-vec-main.json) and gpu-copy-cost.py last (--file the suite's
+file.bin, --json $OUT/gpu-copy-cost.json), 365 s in all (the suite alone
+288 s: 4 GiB file, 2 GiB state dict, 3 rounds); copy all four JSON files
+to build/bench/ before report.py.
 
 On the GPU machine (the `run` tool; nothing can be downloaded there), built
 and downloaded here, carried in build/ (ignored by git, named in `carry`):
@@ -474,7 +476,9 @@ def part_file(s, d):
         m("fgds one call, bounce_read=buffered", lambda: fgds_read(bounce_read="buffered"), same)
         m("fgds one call, bounce_read=direct", lambda: fgds_read(bounce_read="direct"), same)
         if cache == "warm":
-            m("fgds one call, 8M chunks, 4M split", lambda: fgds_read(chunk_size=8 << 20, split_size=4 << 20), same)
+            # the other setting at the top of gpu-tune.py's bounce grid (the default: 4 MiB pieces, 8 MiB parts)
+            m("fgds one call, 8M pieces, 8M parts",
+              lambda: fgds_read(bounce_chunk_size=8 << 20, bounce_split_size=8 << 20), same)
         m("fgds batch", fgds_read_batch, same)
         m("read + copy", plain, same)
         m("pinned double-buffered", pinned_double_buffered, same)

@@ -8,7 +8,12 @@ O_DIRECT path) for a grid of `parallel`, `split_size`, `chunk_size` and
 run. Warm rows read a file the page cache holds; cold rows drop the cache
 before every round (root). Prints one line per setting and writes JSON.
 
-    gpu-tune.py [--dir DIR] [--file-gib N] [--json OUT]
+    gpu-tune.py [--dir DIR] [--file-gib N] [--json OUT] [--only grid|bounce]
+
+`--only bounce`: the bounce path's piece size (`bounce_chunk_size`) against
+the part size (`split_size`), warm and cold reads into CUDA memory and
+writes from it, beside KvikIO with 16 threads and a batch, the numbers the
+default `bounce_chunk_size` was chosen from (tools/lib/fgds/README.md).
 
 Carry and install as gpu-suite.py's header says.
 """
@@ -37,6 +42,7 @@ def main():
     ap.add_argument("--file-gib", type=int, default=4)
     ap.add_argument("--json", default=None)
     ap.add_argument("--budget-s", type=float, default=200, help="stop starting new rows after this")
+    ap.add_argument("--only", default="grid", choices=("grid", "bounce"))
     a = ap.parse_args()
     import torch
     import fgds
@@ -97,6 +103,14 @@ def main():
 
     wpath = os.path.join(a.dir, "tune-write.bin")
     print(f"config {fgds.config()} drop_caches {can_drop} cpus {os.cpu_count()}", flush=True)
+    if a.only == "bounce":
+        bounce_grid(a, row, one, batch, dev, n, path, wpath, can_drop, fgds.config())
+        if os.path.exists(wpath):
+            os.unlink(wpath)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"rows": rows, "drop_caches": can_drop, "config": fgds.config()}, f, indent=1)
+        return
     # 1. warm, into GPU memory: the grid
     row("gpu-read", "warm", {"api": "batch"}, batch(dev, n), n, 3)
     row("gpu-read", "warm", {"api": "pool"}, lambda: gs.pool_read(path, n, 16, direct=False), n, 3)
@@ -149,6 +163,63 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "drop_caches": can_drop, "config": fgds.config()}, f, indent=1)
+
+
+def bounce_grid(a, row, one, batch, dev, n, path, wpath, can_drop, defaults):
+    """The bounce path's piece size against the part size (see the header)."""
+    import torch
+
+    def kvikio16():
+        import kvikio
+        import kvikio.defaults
+
+        with kvikio.defaults.set({"num_threads": 16}):
+            with kvikio.CuFile(path, "r") as f:
+                f.pread(dev).get()
+
+    # warm reads into CUDA memory: the peers, the defaults, then the grid
+    row("gpu-read", "warm", {"api": "kvikio", "threads": 16}, kvikio16, n, 3)
+    row("gpu-read", "warm", {"api": "batch"}, batch(dev, n), n, 3)
+    row("gpu-read", "warm", {"api": "one", "defaults": True}, one(dev, n), n, 3)
+    grid = [(1, 16, 16), (2, 4, 16), (2, 8, 16), (4, 4, 16), (4, 8, 16), (4, 16, 16), (8, 8, 16), (8, 16, 16),
+            (1, 16, 1), (2, 8, 1), (4, 8, 1), (4, 16, 1), (8, 16, 1)]
+    for piece, split, qd in grid:
+        cfg = dict(bounce_chunk_size=piece * M, bounce_split_size=split * M, queue_depth=qd)
+        row("gpu-read", "warm", cfg, one(dev, n, **cfg), n, 3)
+    row("gpu-read", "warm", {"parallel": 17}, one(dev, n, parallel=17), n, 3)
+    # a batch of 32 MiB requests (what fgds.torch and fgds.safetensors do), by piece size
+    for piece, qd in ((1, 16), (2, 16), (4, 16), (4, 1)):
+        def b(piece=piece, qd=qd):
+            fgds = fgds_mod()
+            with fgds.File(path, "r", bounce_chunk_size=piece * M, queue_depth=qd) as f, fgds.Buffer(dev) as buf:
+                gs.fgds_batch(f, buf, n)
+
+        row("gpu-read", "warm", {"api": "batch", "bounce_chunk_size": piece * M, "queue_depth": qd}, b, n, 3)
+    # writes from CUDA memory into the page cache, by piece size
+    wn = min(n, 2 << 30)
+    for piece in (1, 4):
+        cfg = dict(bounce_chunk_size=piece * M)
+
+        def w(cfg=cfg):
+            if os.path.exists(wpath):
+                os.unlink(wpath)
+            with fgds_mod().File(wpath, "w", **cfg) as f:
+                assert f.pwrite(dev[:wn]) == wn
+
+        row("gpu-write", "warm", cfg, w, wn, 2)
+    if can_drop:
+        cn = 1 << 30
+        row("gpu-read", "cold", {"api": "one", "defaults": True}, one(dev[:cn], cn), cn, 3)
+        for piece, split in ((1, 16), (1, 1), (4, 16)):
+            cfg = dict(bounce_chunk_size=piece * M, bounce_split_size=split * M)
+            row("gpu-read", "cold", cfg, one(dev[:cn], cn, **cfg), cn, 3)
+    torch.cuda.synchronize()
+
+
+def fgds_mod():
+    import fgds
+
+    return fgds
 
 
 if __name__ == "__main__":

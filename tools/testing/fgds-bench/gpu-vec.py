@@ -9,7 +9,7 @@ own allocation, as in the VM suite's fgds-vec rows, and the same 4
 segments side by side in one allocation) are repeated and timed together. Every result is compared with the file. Prints a line per row and
 writes JSON (--json); report.py renders it under section 3.
 
-    gpu-vec.py [--dir DIR] [--file-gib N] [--json OUT]
+    gpu-vec.py [--dir DIR] [--file-gib N] [--json OUT] [--parts big,small,write]
 
 Carry and install as gpu-suite.py's header says.
 """
@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--dir", default="/root/gpu-suite")
     ap.add_argument("--file-gib", type=int, default=4)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--parts", default="big,small,write", help="which of big, small, write to run")
     a = ap.parse_args()
+    parts = a.parts.split(",")
     import torch
     import fgds
 
@@ -93,14 +95,15 @@ def main():
 
     same = lambda out: torch.equal(out, ref)  # noqa: E731
     big = f"{n >> 30} GiB into CUDA"
-    row(big, "pread", n, one, same)
-    row(big, "readv, 4 segments", n, vec(4), same)
-    row(big, "readv, 64 segments", n, vec(64), same)
-    row(big, "batch 64 x 32 MiB", n, batch, same)
+    if "big" in parts:
+        row(big, "pread", n, one, same)
+        row(big, "readv, 4 segments", n, vec(4), same)
+        row(big, "readv, 64 segments", n, vec(64), same)
+        row(big, "batch 64 x 32 MiB", n, batch, same)
     del t
 
     # 2. small calls, 4 segments in 4 allocations, repeated
-    for size, reps in ((64 << 10, 2000), (1 << 20, 500)):
+    for size, reps in ((64 << 10, 2000), (1 << 20, 500)) if "small" in parts else ():
         for target in ("cuda", "host"):
             if target == "cuda":
                 whole = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -169,9 +172,10 @@ def main():
 
         return fn
 
-    row(f"{wn >> 30} GiB from CUDA", "pwrite", wn, wr(1), written, rounds=2)
-    row(f"{wn >> 30} GiB from CUDA", "writev, 4 segments", wn, wr(4), written, rounds=2)
-    os.unlink(wpath)
+    if "write" in parts:
+        row(f"{wn >> 30} GiB from CUDA", "pwrite", wn, wr(1), written, rounds=2)
+        row(f"{wn >> 30} GiB from CUDA", "writev, 4 segments", wn, wr(4), written, rounds=2)
+        os.unlink(wpath)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "config": fgds.config()}, f, indent=1)

@@ -318,7 +318,8 @@ def gpu_machine(h):
             f"{'loaded' if h.get('fgds_module') else 'not loaded'}, fgds nodes: {len(h.get('fgds_nodes') or [])}; "
             f"Python {v.get('python')}, torch {v.get('torch')}, KvikIO {v.get('kvikio')}, safetensors "
             f"{v.get('safetensors')}, fastsafetensors {v.get('fastsafetensors')}; fgds defaults in force: "
-            + ", ".join(f"{k} {h['fgds_config'][k]}" for k in ("chunk_size", "queue_depth", "parallel", "split_size",
+            + ", ".join(f"{k} {h['fgds_config'][k]}" for k in ("chunk_size", "bounce_chunk_size", "queue_depth",
+                                                               "parallel", "split_size", "bounce_split_size",
                                                                "threads") if k in (h.get("fgds_config") or {})))
 
 
@@ -399,22 +400,21 @@ def gpu_targets(rows, h):
     why = []
     text = "\n".join(out)
     pool = get("file", "warm", "ceiling: buffered pread pool (host)")
-    tuned = get("file", "warm", "fgds one call, 8M chunks, 4M split")
+    tuned = get("file", "warm", "fgds one call, 8M pieces, 8M parts")
     one = get("file", "warm", "fgds one call")
     kv16 = get("file", "warm", "KvikIO, 16 threads")
     if one and kv16 and one["mib_per_s"] < kv16["mib_per_s"]:
         why.append(
-            "- One call against KvikIO with 16 threads, warm: both do the same thing (16 threads, each a"
-            " buffered pread into a pinned bounce buffer, then a copy to the GPU), and both sit near the"
+            "- One call against KvikIO with 16 threads, warm: both do nearly the same thing (16 threads, each"
+            " reading 4 MiB at a time through the page cache into a pinned bounce buffer and copying it to the"
+            " GPU; fgds's threads read their next piece while the last one's copy runs), and both sit near the"
             " page cache's own ceiling into host memory"
             + (f" ({pool['mib_per_s']:.0f} MiB/s)" if pool else "")
             + f"; the difference is inside both rows' spread (their slowest rounds, {one['mib_per_s_min']:.0f}"
             f" and {kv16['mib_per_s_min']:.0f}, are the first, which pins the bounce buffers)."
-            + (f" With one 8 MiB bounce piece per part (`chunk_size=8M, split_size=4M`) the call reached"
-               f" {tuned['mib_per_s']:.0f} MiB/s, {tuned['mib_per_s'] / kv16['mib_per_s']:.2f}x KvikIO; the default"
-               " chunk stays 1 MiB because it is also the size of every O_DIRECT request on the P2P path"
-               " (below an NVMe's MDTS), which this machine cannot measure. That tuned row is also the best figure"
-               " the default call is held against above." if tuned else ""))
+            + (f" With one 8 MiB bounce piece per 8 MiB part (`bounce_chunk_size=8M, bounce_split_size=8M`, the"
+               f" other setting at the top of gpu-tune.py's grid) the call reached {tuned['mib_per_s']:.0f} MiB/s,"
+               f" {tuned['mib_per_s'] / kv16['mib_per_s']:.2f}x KvikIO." if tuned else ""))
     fst = get("safetensors", "cold", "fastsafetensors (nogds)")
     mine = get("safetensors", "cold", "fgds.safetensors.load_file")
     ho, hc = get("file", "cold", "fgds one call (host)"), get("file", "cold", "fgds one call")
@@ -439,6 +439,15 @@ def gpu_targets(rows, h):
             + (f", the same path as the `bounce_read=direct` row ({od['mib_per_s']:.0f} MiB/s)" if od else "")
             + "; the rows differ by the virtual disk's swings between rows of one run (the cold rows of"
             " every reader range over 10-20% here, in no fixed order), not by what the library does.")
+    kc = [r for r in (get("file", "cold", "KvikIO"), get("file", "cold", "KvikIO, 16 threads")) if r]
+    if oc and kc and oc["mib_per_s"] < max(r["mib_per_s"] for r in kc):
+        kb = max(kc, key=lambda r: r["mib_per_s"])
+        why.append(
+            f"- One call, cold, against {kb['engine']} ({spread(kb)} MiB/s): one call ran {spread(oc)}"
+            + (f", while the `bounce_read=direct` row, which takes the same path (cachestat finds nothing"
+               f" cached, so every part goes O_DIRECT), ran {spread(od)}, {ratio(od, kb):.2f}x KvikIO"
+               if od else "")
+            + "; cold rows are the virtual disk's speed, and it swings more between rows than the readers differ.")
     for cache in caches:
         ho2, hb2 = get("file", cache, "fgds one call (host)"), get("file", cache, "fgds batch (host)")
         if ho2 and hb2 and ho2["mib_per_s"] < 0.9 * hb2["mib_per_s"]:
@@ -462,9 +471,13 @@ def gpu_targets(rows, h):
             " threads into host memory alone cost"
             + (f" {pool['cpu_s_per_gib']:.2f} CPU s/GiB" if pool else " as much")
             + ", and KvikIO with 16 threads as much as fgds; KvikIO's default single thread is cheaper per GiB"
-            " at an eighth of the speed. The waits for the copies to the GPU sleep on a blocking-sync event"
-            " once a thread has 1 MiB or more queued (a spinning cuStreamSynchronize before), so what is left"
-            " is the page cache's copy."
+            " at an eighth of the speed. fgds's warm one call pays more than the pool's copy alone"
+            f" ({one['cpu_s_per_gib']:.2f} CPU s/GiB here; 0.28 in the last run before its 4 MiB pieces in 8 MiB"
+            " parts), which is not profiled: its page-cache copy is the same, so the difference lies in the"
+            " waits for the copies to the GPU and in the calls per piece. Every part's only wait is its last,"
+            " and a part's last wait spins as a call's last wait does (so that a caller is not woken late);"
+            " waits that more pieces of the same part follow sleep on a blocking-sync event once 1 MiB or more"
+            " is queued. Letting a part's last wait sleep when more parts follow is the change to measure next."
             + (f" Cold, the O_DIRECT bounce skips that copy: one call costs {hc['cpu_s_per_gib']:.2f} CPU s/GiB"
                f" where the same call through the page cache (`bounce_read=buffered`) costs"
                f" {cb['cpu_s_per_gib']:.2f}" if hc and cb else "")
@@ -530,7 +543,7 @@ def gpu_section(doc, img):
     return "\n".join(out)
 
 
-def gpu_vec_section(doc, before=None):
+def gpu_vec_section(doc, before=None, copy_cost=None):
     """gpu-vec.py's rows (docs/benchmarks/gpu-vec.json): one readv/writev
     against one pread/pwrite of the same bytes; `before` (gpu-vec-main.json,
     the same program with the previous wheel in the same call), if given,
@@ -540,8 +553,8 @@ def gpu_vec_section(doc, before=None):
     out = ["Vectored calls against plain ones (`tools/testing/fgds-bench/gpu-vec.py`, run on the same",
            "machine in the same call as the suite, just before it; page cache warm; median of 3 rounds, 2 for",
            "writes; every result compared with the file)"
-           + (", and the same program with main's wheel from before the bounce path's queued copies, run"
-              " in the same call just after the suite:" if old else ":"), ""]
+           + (", and the same program with main's wheel (before the bounce path's own piece and part sizes"
+              " and its one-copy vectored reads), run in the same call just after the suite:" if old else ":"), ""]
     lines, verdicts = [], []
     kinds = []
     for r in rows:
@@ -614,37 +627,35 @@ def gpu_vec_section(doc, before=None):
     if p and v and v["mib_per_s"] < 0.9 * p["mib_per_s"]:
         per = (64 << 10) / 2**20
         us = lambda r: per / r["mib_per_s"] * 1e6  # noqa: E731
-        ov = old.get((v["kind"], v["api"]))
-        same_work = v1 and abs(v1["mib_per_s"] / v["mib_per_s"] - 1) < 0.1
+        ov, ov1 = old.get((v["kind"], v["api"])), (old.get((v1["kind"], v1["api"])) if v1 else None)
+        cc = (copy_cost or {}).get("rows", {})
         out += [
-            f"Why the small vectored calls into CUDA memory still miss: a 64 KiB pread took {us(p):.0f} us, a readv",
-            f"of 4 x 16 KiB into 4 allocations {us(v):.0f} us"
-            + (f" ({us(ov):.0f} before)" if ov else "")
-            + (f", and into one allocation {us(v1):.0f} us" if v1 else "")
-            + ". The bounce path now reads the 4 neighbouring segments with one read into one pinned buffer",
-            "and queues their copies to the GPU on the thread's stream, waiting once per call (before: a",
-            "read and a synchronous copy per segment"
-            + (f", about {(us(ov) - us(old[(p['kind'], 'pread')])) / 3:.0f} us for each segment after the first"
-               if ov and (p["kind"], "pread") in old else "")
-            + ").",
+            f"Why the small vectored calls into CUDA memory into 4 allocations still miss: a 64 KiB pread took"
+            f" {us(p):.0f} us, a readv of 4 x 16 KiB into 4 allocations {us(v):.0f} us"
+            + (f" ({us(ov):.0f} with main's wheel)" if ov else "")
+            + (f", and into one allocation, side by side, {us(v1):.0f} us" if v1 else "")
+            + (f" ({us(ov1):.0f} with main's wheel)" if ov1 else "")
+            + ". Both read the 4 neighbouring segments with one read into one pinned buffer; side by side in"
+            " one allocation they are now one copy to the GPU as well (main's wheel queued one copy per segment"
+            " there too, since it told the segments' buffers apart by position, not identity), so that call does"
+            " the pread's work. Into 4 allocations the call must queue 4 copies where the pread queues one"
+            + (f", and that is the whole difference: `gpu-copy-cost.py`, in the same call, timed on the driver API"
+               f" as the engine calls it 1 copy of 64 KiB and a wait at {cc['one_copy']['us']:.1f} us, 4 copies of"
+               f" 16 KiB into 4 allocations and a wait at {cc['copies']['us']:.1f} us, and the queueing of one copy"
+               f" alone at {cc['queue_one']['us']:.1f} us: the 3 extra copies cost"
+               f" {cc['copies']['us'] - cc['one_copy']['us']:.0f} us, the readv lost {us(v) - us(p):.0f} us."
+               if cc.get("one_copy") and cc.get("copies") and cc.get("queue_one") else ".")
+            + (f" One `cuMemcpyBatchAsync` of the 4 copies (CUDA 12.8 and later) took {cc['batch']['us']:.1f} us"
+               " with its wait"
+               + (", no cheaper, so the engine keeps one copy per allocation" if cc["batch"]["us"] >= 0.9 * cc["copies"]["us"]
+                  else "; the engine does not use it yet") + "."
+               if cc.get("batch") else "")
+            + (f" The rest of a vectored call (the Python list of 4 segments, the planning and merging of each) is"
+               f" what the side-by-side row pays beyond the pread, which it matches otherwise: {us(v1) - us(p):.0f} us."
+               if v1 else "")
+            + " Large vectored calls are split over threads like plain ones and keep up.",
+            "",
         ]
-        if same_work:
-            out += [
-                "What is left is not the copies: the 4 segments side by side in one allocation, which the",
-                "engine reads and copies exactly as it does the pread (one read, one copy), cost as much as in",
-                f"4 allocations, so the {us(v1) - us(p):.0f} us are a fixed cost of a vectored call above the I/O",
-                "(the Python call with its list of 4 segments, the engine's planning of each); not profiled",
-                "further. Large vectored calls are split over threads like plain ones and keep up.",
-            ]
-        else:
-            out += [
-                "What is left is one `cuMemcpyHtoDAsync` per allocation, since memory in 4 allocations takes",
-                "4 copies"
-                + (f": about {(us(v) - us(v1)) / 3:.0f} us each here (the 4-allocation row less the 1-allocation"
-                   " one, over 3 extra copies)" if v1 else "")
-                + ". Large vectored calls are split over threads like plain ones and keep up.",
-            ]
-        out += [""]
     return "\n".join(out)
 
 
@@ -810,8 +821,13 @@ def main():
                 with open(os.path.join(img_dir, "gpu-vec-main.json"), "w") as f:
                     json.dump(before, f, indent=1)
             before = before or load(os.path.join(img_dir, "gpu-vec-main.json"))
+            cost = load(os.path.join(a.bench, "gpu-copy-cost.json"))
+            if cost and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                with open(os.path.join(img_dir, "gpu-copy-cost.json"), "w") as f:
+                    json.dump(cost, f, indent=1)
+            cost = cost or load(os.path.join(img_dir, "gpu-copy-cost.json"))
             if vec:
-                parts.append(gpu_vec_section(vec, before))
+                parts.append(gpu_vec_section(vec, before, cost))
     # the inputs go with the page, so that it can be checked and regenerated
     for n in ("vm", "host", "gpu"):
         if docs[n] and os.path.abspath(src[n]) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
