@@ -990,7 +990,11 @@ impl File {
     }
 
     fn __repr__(&self) -> String {
-        format!("<fgds.File path={:?} closed={}>", self.path, self.closed())
+        let path = self
+            .path
+            .as_ref()
+            .map_or("None".into(), |p| format!("{p:?}"));
+        format!("<fgds.File path={path} closed={}>", self.closed())
     }
 }
 

@@ -418,6 +418,21 @@ def test_one_call_split_over_threads(path):
         assert e.value.errno == errno.EINVAL
 
 
+def test_file_repr(path):
+    with open(path, "wb") as f:
+        f.write(b"x")
+    f = fgds.File(path, "r")
+    assert repr(f) == f"<fgds.File path={str(path)!r} closed=false>".replace("'", '"')
+    f.close()
+    assert repr(f).endswith("closed=true>")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with fgds.File.from_fd(fd) as g:
+            assert repr(g) == "<fgds.File path=None closed=false>"
+    finally:
+        os.close(fd)
+
+
 def test_from_fd(path):
     src = data(10000, 10)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
