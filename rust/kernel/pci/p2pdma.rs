@@ -99,7 +99,7 @@ pub trait PageOwner: Send + Sync {
 pub struct P2pPages<T: PageOwner> {
     pgmap: NonNull<bindings::dev_pagemap>,
     first_pfn: usize,
-    owners: KVec<AtomicPtr<T>>,
+    owners: KVVec<AtomicPtr<T>>,
     _pdev: ARef<pci::Device>,
 }
 
@@ -139,7 +139,8 @@ impl<T: PageOwner> P2pPages<T> {
             return Err(EINVAL);
         }
         let nr_pages = usize::try_from(size >> bindings::PAGE_SHIFT)?;
-        let mut owners = KVec::with_capacity(nr_pages, GFP_KERNEL)?;
+        // One pointer per page: 2 MiB for a range of 1 GiB, which need not be contiguous memory.
+        let mut owners = KVVec::with_capacity(nr_pages, GFP_KERNEL)?;
         for _ in 0..nr_pages {
             owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
         }
