@@ -536,16 +536,11 @@ fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, units: u64, key: u64) -> Resul
     // tears down every registration, each of which drops its use of its chunks, and no chunk
     // is made until a driver binds again. A registration still being made then holds its
     // chunks unpublished (no mapping, no I/O) and drops them when its publication fails.
+    let size = units * CHUNK_SIZE;
     // SAFETY: As just said, the pages go before the provider.
-    let pages =
-        unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, units * CHUNK_SIZE) }.map_err(|e| {
-            // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
-            if e == ENODEV {
-                EOPNOTSUPP
-            } else {
-                e
-            }
-        })?;
+    let pages = unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, size) };
+    // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
+    let pages = pages.map_err(|e| if e == ENODEV { EOPNOTSUPP } else { e })?;
     Ok(Arc::new(
         Chunk {
             key,
