@@ -50,7 +50,11 @@ boot_tap() {
 	local name=$1 dir=$2 ok=$3 third=$4 out=$2/out
 	echo "1..3"
 	if [ "$ok" = 1 ]; then echo "ok 1 $name: guest ran to completion, kernel log clean"
-	else echo "not ok 1 $name: guest ran to completion, kernel log clean"; fi
+	else
+		echo "not ok 1 $name: guest ran to completion, kernel log clean"
+		# Why: the cause of each failed attempt, QEMU's last words, the reports.
+		sed "s/^/# $name: /" "$dir/failed" 2>/dev/null
+	fi
 	# A first boot that stopped without a word, and was run again.
 	sed "s/^/# $name: /" "$dir/retried" 2>/dev/null
 	if grep -q . "$out/kmemleak.txt" 2>/dev/null; then

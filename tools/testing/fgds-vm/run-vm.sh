@@ -95,9 +95,10 @@ fi
 out=$vm/out
 log=$vm/console.log
 qlog=$vm/qemu.log
+qerr=$vm/qemu.stderr
 vram=/dev/shm/fgds-vram-$$
 vram2=/dev/shm/fgds-vram2-$$
-rm -f "$vm/retried" "$vm"/*.attempt-1
+rm -f "$vm/retried" "$vm/failed" "$vm"/*.attempt-1
 mkdir -p "$vm"
 cp "$FGDS_VM/guest/init" "$FGDS_ROOT/fgds/init"
 chmod 755 "$FGDS_ROOT/fgds/init"
@@ -198,7 +199,7 @@ boot() {
 		-device pcie-root-port,id=rp2,chassis=7,slot=2 \
 		-drive file="$vm/nvme3.img",if=none,id=nvm3,format=raw,cache=unsafe \
 		-device nvme,serial=fgdsfar,drive=nvm3,bus=rp2 \
-		</dev/null &
+		</dev/null 2> >(tee "$qerr" >&2) &
 	qemu=$!
 }
 
@@ -278,6 +279,8 @@ cause() {
 		echo "the watchdog killed it after ${timeout_s}s"
 	elif grep -q "Triple fault" "$qlog"; then
 		echo "it triple-faulted (QEMU reset the CPUs; see $qlog)"
+	elif [ "$rc" -ne 0 ] && grep -q 'Assertion' "$qerr" 2>/dev/null; then
+		echo "QEMU aborted on an assertion (status $rc): $(grep -m1 'Assertion' "$qerr")"
 	elif [ "$rc" -ne 0 ]; then
 		echo "QEMU exited with status $rc"
 	elif grep -qE 'shutdown_request reason=6\b' "$qlog"; then
@@ -321,6 +324,11 @@ for attempt in 1 2; do
 	log "attempt $attempt: the guest did not finish: $why; its console ended with:"
 	tail -n 40 "$log" | sed 's/^/fgds-vm: console: /' >&2
 	status=1
+	# For check.sh's summary: why, and what QEMU said (an assertion, say).
+	{
+		echo "attempt $attempt: $why"
+		grep -v '^$' "$qerr" 2>/dev/null | tail -n 3 | sed 's/^/QEMU: /'
+	} >>"$vm/failed"
 	# Run once more only after a silent stop or missed timer interrupts: a
 	# kernel report (other than the missed timer's own), or a guest that was
 	# still busy when the watchdog fired, fails the run now.
@@ -328,7 +336,7 @@ for attempt in 1 2; do
 		{ [ "$stalled" != 2 ] && ! "$FGDS_VM/scan-log.sh" "$log" 2>/dev/null; }; then
 		break
 	fi
-	for f in "$log" "$qlog" "$out/guest.log"; do
+	for f in "$log" "$qlog" "$qerr" "$out/guest.log"; do
 		cp "$f" "$vm/$(basename "$f").attempt-1" 2>/dev/null
 	done
 	echo "attempt 1: $why (logs: $vm/*.attempt-1)" >"$vm/retried"
@@ -338,5 +346,9 @@ done
 set -e
 
 grep -aE '\] fgds-guest: exit' "$log" | sed 's/^\[[^]]*\] //' || true
-"$FGDS_VM/scan-log.sh" "$log" || status=1
+if ! "$FGDS_VM/scan-log.sh" "$log" 2>"$vm/scan.txt"; then
+	status=1
+	sed -n '/^fgds-vm: kernel reports/,$p' "$vm/scan.txt" | head -n 8 >>"$vm/failed"
+fi
+cat "$vm/scan.txt" >&2
 exit $status
