@@ -903,6 +903,8 @@ fn copy_out(
 
 /// Runs the pieces on the calling thread's ring, up to `queue_depth` in
 /// flight; `fell_back` is the call's "a fallback was counted" flag.
+/// `more_parts`: the pieces are a part of a split call that other parts
+/// follow, so the last wait for copies to the GPU does not end the call.
 fn run_pieces(
     file: &FileHandle,
     bufs: &[&Buffer],
@@ -910,6 +912,7 @@ fn run_pieces(
     mut pieces: Vec<Piece>,
     stop: Stop<'_>,
     fell_back: &AtomicBool,
+    more_parts: bool,
 ) -> Result<usize> {
     if pieces.is_empty() {
         return Ok(0);
@@ -1175,7 +1178,9 @@ fn run_pieces(
             }
         }
     })?;
-    let waited = copies.wait(&mut slots.free, false);
+    // The last wait of a part that other parts of the call follow may sleep:
+    // the call does not end with it.
+    let waited = copies.wait(&mut slots.free, more_parts);
     if let Some(e) = err {
         return Err(e);
     }
@@ -1242,7 +1247,7 @@ unsafe impl Send for RefsPtr {}
 /// Takes parts and runs them until none is left.
 fn split_work(ctl: &SplitCtl, refs: &SplitRefs<'_>) {
     loop {
-        let (i, part) = {
+        let (i, part, more_parts) = {
             let mut g = ctl.state.lock().unwrap_or_else(|p| p.into_inner());
             if g.closed || g.next >= g.parts.len() {
                 return;
@@ -1250,14 +1255,26 @@ fn split_work(ctl: &SplitCtl, refs: &SplitRefs<'_>) {
             let i = g.next;
             g.next += 1;
             g.active += 1;
-            (i, g.parts[i].take().unwrap_or_default())
+            (
+                i,
+                g.parts[i].take().unwrap_or_default(),
+                g.next < g.parts.len(),
+            )
         };
         let stop = Stop {
             user: refs.cancel,
             split: Some(&ctl.stop),
         };
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_pieces(refs.file, refs.bufs, refs.op, part, stop, &ctl.fell_back)
+            run_pieces(
+                refs.file,
+                refs.bufs,
+                refs.op,
+                part,
+                stop,
+                &ctl.fell_back,
+                more_parts,
+            )
         }))
         .unwrap_or_else(|_| {
             Err(Error::InvalidArgument(
@@ -1333,7 +1350,7 @@ fn run_call(
             user: cancel,
             split: None,
         };
-        return run_pieces(file, bufs, op, pieces, stop, &fell_back);
+        return run_pieces(file, bufs, op, pieces, stop, &fell_back, false);
     }
     // Parts of whole pieces, about split_size bytes each.
     let mut parts: Vec<Option<Vec<Piece>>> = Vec::new();
