@@ -31,13 +31,17 @@ mincore(2) before each round and recorded.
 
 Prints a table and writes JSON (--json, rewritten after every row, so a run
 cut short keeps what it measured); report.py turns it into
-docs/benchmarks.md section 3. The published run ran in one call with
-gpu-vec.py before it (--json $OUT/gpu-vec.json, same --dir), gpu-vec.py
-with main's wheel after it (installed in its own --target, --json
+docs/benchmarks.md section 3. The published run ran in one call: first
+this program's warm and cold one call with main's wheel, the code before
+the change the page measures (--only file --rows "fgds one call", that
+wheel installed in its own --target ahead of the others on PYTHONPATH,
+--json $OUT/gpu-suite-main.json, same --dir; 46 s), then gpu-vec.py
+(--json $OUT/gpu-vec.json), the suite, gpu-vec.py with the wheel of the
+code before the one-copy vectored reads (its own --target, --json
 $OUT/gpu-vec-main.json) and gpu-copy-cost.py last (--file the suite's
-file.bin, --json $OUT/gpu-copy-cost.json), 365 s in all (the suite alone
-288 s: 4 GiB file, 2 GiB state dict, 3 rounds); copy all four JSON files
-to build/bench/ before report.py.
+file.bin, --json $OUT/gpu-copy-cost.json), 438 s in all (4 GiB file, 2 GiB
+state dict, 3 rounds); copy all five JSON files to build/bench/ before
+report.py.
 
 On the GPU machine (the `run` tool; nothing can be downloaded there), built
 and downloaded here, carried in build/ (ignored by git, named in `carry`):
@@ -73,7 +77,7 @@ report.py.
 
 Usage:
     gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--rounds N]
-                 [--json OUT] [--only PART,...]
+                 [--json OUT] [--only PART,...] [--rows ENGINE,...]
 """
 
 import argparse
@@ -226,9 +230,11 @@ class Suite:
         one row: median, lowest and highest. `cache` "cold" drops the page
         cache before every round, "warm" reads `path` once before the first
         and checks it stayed resident. `prep()` runs before every round,
-        untimed."""
+        untimed. With --rows, a row not named there is not run."""
         import torch
 
+        if self.args.rows is not None and name not in self.args.rows.split(","):
+            return
         row = {"part": part, "engine": name, "bytes": nbytes, "cache": cache}
         if note:
             row["note"] = note
@@ -626,6 +632,8 @@ def main():
     ap.add_argument("--sd-gib", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="file,checkpoint")
+    # An A/B of a few rows (another wheel, run in the same call as the suite).
+    ap.add_argument("--rows", default=None, help="only the rows of these engines, comma separated")
     ap.add_argument("--json", default=None)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()

@@ -12,7 +12,10 @@ the GPU machine); one missing there is taken from the inputs kept in
 docs/benchmarks/ (and said so), one missing in both is reported as not run.
 gpu-vec.json (gpu-vec.py) is taken the same way, and so is
 gpu-vec-main.json (gpu-vec.py run with main's wheel, the code before a
-change, in the same call), shown beside it where present. Plots go to
+change, in the same call), shown beside it where present, and so is
+gpu-suite-main.json (gpu-suite.py --only file --rows "fgds one call" with
+the wheel of the code before a change, in the same call), whose warm one
+call the CPU note compares. Plots go to
 docs/benchmarks/ (plot.py for the VM and host suites, bar charts for the GPU
 suite).
 """
@@ -323,9 +326,14 @@ def gpu_machine(h):
                                                                "threads") if k in (h.get("fgds_config") or {})))
 
 
-def gpu_targets(rows, h):
-    """The issue's targets, each met or missed, by how much, from the rows."""
+def gpu_targets(rows, h, main=None):
+    """The issue's targets, each met or missed, by how much, from the rows;
+    `main` (gpu-suite-main.json: the one-call rows with the wheel of the code
+    before a change, run in the same call just before the suite), if given,
+    for the CPU cost of that change."""
     ok = {(r["part"], r.get("cache"), r["engine"]): r for r in rows if "error" not in r}
+    old = {(r["part"], r.get("cache"), r["engine"]): r
+           for r in (main or {}).get("rows", []) if "error" not in r}
 
     def get(part, cache, engine):
         return ok.get((part, cache, engine))
@@ -434,9 +442,11 @@ def gpu_targets(rows, h):
     od = get("file", "cold", "fgds one call, bounce_read=direct")
     if oc and best_cold and oc["mib_per_s"] < 0.9 * best_cold["mib_per_s"]:
         why.append(
-            f"- One call, cold, against {best_cold['engine']}: the default call chose O_DIRECT on every part"
-            " (cachestat found nothing cached)"
-            + (f", the same path as the `bounce_read=direct` row ({od['mib_per_s']:.0f} MiB/s)" if od else "")
+            f"- One call, cold, against {best_cold['engine']} ({spread(best_cold)} MiB/s): one call ran"
+            f" {spread(oc)}; the default call chose O_DIRECT on every part (cachestat found nothing cached)"
+            + (", the path that row takes on the calling thread alone" if "parallel=1" in best_cold["engine"] else "")
+            + (f", the same path as the `bounce_read=direct` row ({spread(od)} MiB/s)"
+               if od and od is not best_cold else "")
             + "; the rows differ by the virtual disk's swings between rows of one run (the cold rows of"
             " every reader range over 10-20% here, in no fixed order), not by what the library does.")
     kc = [r for r in (get("file", "cold", "KvikIO"), get("file", "cold", "KvikIO, 16 threads")) if r]
@@ -465,19 +475,33 @@ def gpu_targets(rows, h):
     if "missed" in text and "CPU s/GiB" in text:
         p1 = get("file", "cold", "fgds one call, parallel=1")
         cb = get("file", "cold", "fgds one call, bounce_read=buffered")
+        k16 = get("file", "warm", "KvikIO, 16 threads")
+        m = old.get(("file", "warm", "fgds one call"))
+        prev_note = ""
+        if m and one:
+            overlap = one["mib_per_s_max"] >= m["mib_per_s_min"] and m["mib_per_s_max"] >= one["mib_per_s_min"]
+            prev_note = (
+                f" With the wheel of the code before that change, whose parts' last waits all spun, the same"
+                f" call cost {m['cpu_s_per_gib']:.2f} CPU s/GiB at {m['mib_per_s']:.0f} MiB/s"
+                f" ({m['mib_per_s_min']:.0f}-{m['mib_per_s_max']:.0f}), run in the same call just before the"
+                f" suite (`gpu-suite.py --only file --rows \"fgds one call\"` with that wheel): the sleeping"
+                f" waits took"
+                f" {m['cpu_s_per_gib'] - one['cpu_s_per_gib']:.2f} CPU s/GiB off"
+                + (", the rounds' speeds overlapping." if overlap
+                   else f", at {one['mib_per_s'] / m['mib_per_s']:.2f}x its speed."))
         why.append(
             "- CPU per GiB: the fast warm rows pay for their speed. Warm, every byte is copied by the CPU out"
             " of the page cache, and at 40+ GB/s 16 threads share the memory bandwidth: 16 buffered pread"
             " threads into host memory alone cost"
             + (f" {pool['cpu_s_per_gib']:.2f} CPU s/GiB" if pool else " as much")
-            + ", and KvikIO with 16 threads as much as fgds; KvikIO's default single thread is cheaper per GiB"
-            " at an eighth of the speed. fgds's warm one call pays more than the pool's copy alone"
-            f" ({one['cpu_s_per_gib']:.2f} CPU s/GiB here; 0.28 in the last run before its 4 MiB pieces in 8 MiB"
-            " parts), which is not profiled: its page-cache copy is the same, so the difference lies in the"
-            " waits for the copies to the GPU and in the calls per piece. Every part's only wait is its last,"
-            " and a part's last wait spins as a call's last wait does (so that a caller is not woken late);"
-            " waits that more pieces of the same part follow sleep on a blocking-sync event once 1 MiB or more"
-            " is queued. Letting a part's last wait sleep when more parts follow is the change to measure next."
+            + (f", and KvikIO with 16 threads {k16['cpu_s_per_gib']:.2f}" if k16 else "")
+            + "; KvikIO's default single thread is cheaper per GiB at an eighth of the speed. fgds's warm one"
+            " call"
+            f" ({one['cpu_s_per_gib']:.2f} CPU s/GiB here) pays for that copy and for its waits for the copies"
+            " to the GPU: each 8 MiB part's only wait is its last, which now sleeps on a blocking-sync event"
+            " when more parts of the call follow (once 1 MiB or more is queued) and spins only in the call's"
+            " last parts, so that the caller is not woken late."
+            + prev_note
             + (f" Cold, the O_DIRECT bounce skips that copy: one call costs {hc['cpu_s_per_gib']:.2f} CPU s/GiB"
                f" where the same call through the page cache (`bounce_read=buffered`) costs"
                f" {cb['cpu_s_per_gib']:.2f}" if hc and cb else "")
@@ -489,7 +513,7 @@ def gpu_targets(rows, h):
     return out
 
 
-def gpu_section(doc, img):
+def gpu_section(doc, img, main=None):
     rows = doc["rows"]
     h = doc.get("host", {})
     rounds = h.get("rounds", "?")
@@ -539,7 +563,7 @@ def gpu_section(doc, img):
         out += [f"{title} ({gib(n)}):" if n else f"{title}:", "",
                 table(["cache", "engine", "MiB/s", "CPU s/GiB", "identical", "error"], lines), ""]
     out += [f"![GPU suite throughput]({img}/gpu-throughput.png)", "", "Targets (issue 20):", ""]
-    out += gpu_targets(rows, h) + [""]
+    out += gpu_targets(rows, h, main) + [""]
     return "\n".join(out)
 
 
@@ -651,7 +675,8 @@ def gpu_vec_section(doc, before=None, copy_cost=None):
                   else "; the engine does not use it yet") + "."
                if cc.get("batch") else "")
             + (f" The rest of a vectored call (the Python list of 4 segments, the planning and merging of each) is"
-               f" what the side-by-side row pays beyond the pread, which it matches otherwise: {us(v1) - us(p):.0f} us."
+               f" what the side-by-side row pays beyond the pread, which it matches otherwise:"
+               + (f" {us(v1) - us(p):.0f} us." if us(v1) - us(p) >= 0.5 else " nothing measurable here.")
                if v1 else "")
             + " Large vectored calls are split over threads like plain ones and keep up.",
             "",
@@ -782,7 +807,15 @@ def main():
         if not docs[n]:
             parts.append(f"## {n}: not run (no {n}-suite.json in {a.bench})\n")
             continue
-        res = fn(docs[n], "benchmarks")
+        if n == "gpu":
+            # The file part with main's wheel, in the same call, if run.
+            main = load(os.path.join(a.bench, "gpu-suite-main.json"))
+            if main and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                with open(os.path.join(img_dir, "gpu-suite-main.json"), "w") as f:
+                    json.dump(main, f, indent=1)
+            res = fn(docs[n], "benchmarks", main or load(os.path.join(img_dir, "gpu-suite-main.json")))
+        else:
+            res = fn(docs[n], "benchmarks")
         parts.append(res[0] if isinstance(res, tuple) else res)
         if n == "vm":
             drv = docs[n]
