@@ -774,6 +774,16 @@ def main():
     a = ap.parse_args()
     img_dir = os.path.join(a.docs, "benchmarks")
     os.makedirs(img_dir, exist_ok=True)
+
+    def kept(name):
+        """A side input: from --bench if run there (and then kept beside the
+        page), else the copy kept in docs/benchmarks/; None if neither."""
+        doc = load(os.path.join(a.bench, name))
+        if doc and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+            with open(os.path.join(img_dir, name), "w") as f:
+                json.dump(doc, f, indent=1)
+        return doc or load(os.path.join(img_dir, name))
+
     # a suite not run again since the page was made keeps its kept input
     src = {}
     for n in ("vm", "host", "gpu"):
@@ -808,12 +818,8 @@ def main():
             parts.append(f"## {n}: not run (no {n}-suite.json in {a.bench})\n")
             continue
         if n == "gpu":
-            # The file part with main's wheel, in the same call, if run.
-            main = load(os.path.join(a.bench, "gpu-suite-main.json"))
-            if main and os.path.abspath(a.bench) != os.path.abspath(img_dir):
-                with open(os.path.join(img_dir, "gpu-suite-main.json"), "w") as f:
-                    json.dump(main, f, indent=1)
-            res = fn(docs[n], "benchmarks", main or load(os.path.join(img_dir, "gpu-suite-main.json")))
+            # The one-call rows with the code before a change, in the same call, if run.
+            res = fn(docs[n], "benchmarks", kept("gpu-suite-main.json"))
         else:
             res = fn(docs[n], "benchmarks")
         parts.append(res[0] if isinstance(res, tuple) else res)
@@ -844,21 +850,9 @@ def main():
             parts.append(driver_section(drv))
         if n == "gpu":
             gpu_plot(docs[n], img_dir)
-            vec = load(os.path.join(a.bench, "gpu-vec.json"))
-            if vec and os.path.abspath(a.bench) != os.path.abspath(img_dir):
-                with open(os.path.join(img_dir, "gpu-vec.json"), "w") as f:
-                    json.dump(vec, f, indent=1)
-            vec = vec or load(os.path.join(img_dir, "gpu-vec.json"))
-            before = load(os.path.join(a.bench, "gpu-vec-main.json"))
-            if before and os.path.abspath(a.bench) != os.path.abspath(img_dir):
-                with open(os.path.join(img_dir, "gpu-vec-main.json"), "w") as f:
-                    json.dump(before, f, indent=1)
-            before = before or load(os.path.join(img_dir, "gpu-vec-main.json"))
-            cost = load(os.path.join(a.bench, "gpu-copy-cost.json"))
-            if cost and os.path.abspath(a.bench) != os.path.abspath(img_dir):
-                with open(os.path.join(img_dir, "gpu-copy-cost.json"), "w") as f:
-                    json.dump(cost, f, indent=1)
-            cost = cost or load(os.path.join(img_dir, "gpu-copy-cost.json"))
+            vec = kept("gpu-vec.json")
+            before = kept("gpu-vec-main.json")
+            cost = kept("gpu-copy-cost.json")
             if vec:
                 parts.append(gpu_vec_section(vec, before, cost))
     # the inputs go with the page, so that it can be checked and regenerated
