@@ -135,10 +135,21 @@ fi
 if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" != 1 ]; then
 	CARGO_BUILD_JOBS=$(nproc) "$FGDS_TOP/tools/python/run-tests.sh" -v >"$tmp/pytest.log" 2>&1
 	rc=$?
+	# Why test $1 skipped, from pytest's -ra summary ("SKIPPED [1]
+	# test_torch.py:181: needs a CUDA GPU"): its file's reason, if it has one.
+	skip_reason() {
+		sed -n 's/^SKIPPED \[[0-9]*\] \([^:]*\):[0-9]*: \(.*\)$/\1 \2/p' "$tmp/pytest.log" |
+			awk -v f="${1%%::*}" '{ p = $1; sub(/.*\//, "", p); $1 = ""; sub(/^ /, "") }
+				p == f { r[$0] = 1 } END { for (k in r) { n++; s = k } if (n == 1) print s }'
+	}
 	while read -r name res; do
 		case $res in
 		PASSED) ok "python: $name" ;;
-		SKIPPED) n=$((n + 1)); echo "ok $n python: $name # SKIP" ;;
+		SKIPPED)
+			n=$((n + 1))
+			reason=$(skip_reason "$name")
+			echo "ok $n python: $name # SKIP${reason:+ $reason}"
+			;;
 		*) notok "python: $name" ;;
 		esac
 	done < <(sed -n 's/^\([^ ]*\.py[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
