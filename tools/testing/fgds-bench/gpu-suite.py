@@ -33,8 +33,9 @@ Prints a table and writes JSON (--json, rewritten after every row, so a run
 cut short keeps what it measured); report.py turns it into
 docs/benchmarks.md section 3. The published run ran in one call: first
 this program's warm and cold one call with main's wheel, the code before
-the change the page measures (--only file --rows "fgds one call", that
-wheel installed in its own --target ahead of the others on PYTHONPATH,
+the change the page measures (--only file --rows "fgds one call"; that
+wheel, built as below from a checkout of that code and carried in a folder
+of its own, installed in its own --target ahead of the others on PYTHONPATH,
 --json $OUT/gpu-suite-main.json, same --dir; 46 s), then gpu-vec.py
 (--json $OUT/gpu-vec.json), the suite, gpu-vec.py with the wheel of the
 code before the one-copy vectored reads (its own --target, --json
