@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Install what the host needs to build the toolchain root and run the VM:
-# debootstrap (Debian's) and QEMU 10 (bookworm-backports). Idempotent and
-# quiet when everything is already there.
+# debootstrap (Debian's) and QEMU 10 (bookworm-backports); and codespell,
+# whose dictionary the host tests' checkpatch --codespell of the patch series
+# reads (tools/testing/fgds-series). Idempotent and quiet when everything is
+# already there.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -16,6 +18,7 @@ if ! [[ $qver =~ version\ (9|[1-9][0-9])\. ]]; then
 	missing+=(qemu-system-x86)
 fi
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
+/usr/bin/python3 -c 'import codespell_lib' 2>/dev/null || missing+=(codespell)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
