@@ -306,6 +306,13 @@ def worktree(path):
     return path
 
 
+def drop_worktree(path):
+    """Removes the worktree at `path`, if there is one, and git's record of it."""
+    if os.path.exists(path):
+        shutil.rmtree(path)
+        run(['git', 'worktree', 'prune'], cwd=PRISTINE, check=False)
+
+
 def kernel_version(tree):
     v = {}
     with open(os.path.join(tree, 'Makefile')) as f:
@@ -706,6 +713,10 @@ def cmd_check(args):
         report(False, 'series: generate and check', str(err))
     finally:
         shutil.rmtree(out, ignore_errors=True)
+        # The checkout goes too: make check builds the kernel while this
+        # runs, and 1.8 GB of disk is worth more than the next check's
+        # checkout (a new worktree is some 30 s).
+        drop_worktree(os.path.join(work, 'gen'))
     log(f'check took {time.time() - t0:.0f} s')
     return fails
 
