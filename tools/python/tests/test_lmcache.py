@@ -14,7 +14,10 @@ import sys
 import pytest
 
 if os.environ.get("FGDS_SKIP_LMCACHE") == "1" or os.environ.get("FGDS_PY_TORCH") == "0":
-    pytest.skip("FGDS_SKIP_LMCACHE=1 or FGDS_PY_TORCH=0: lmcache not installed", allow_module_level=True)
+    pytest.skip(
+        os.environ.get("FGDS_PY_TORCH_WHY") or "FGDS_SKIP_LMCACHE=1 or FGDS_PY_TORCH=0: lmcache not installed",
+        allow_module_level=True,
+    )
 
 import torch  # noqa: E402
 

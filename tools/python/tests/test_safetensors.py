@@ -13,6 +13,13 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 from safetensors import SafetensorError, safe_open as safe_open_ref  # noqa: E402
 
 
+def _torch():
+    """torch, or a skip: FGDS_PY_TORCH=0 (FGDS_PY_TORCH_WHY says why) or not installed."""
+    if os.environ.get("FGDS_PY_TORCH") == "0":
+        pytest.skip(os.environ.get("FGDS_PY_TORCH_WHY") or "FGDS_PY_TORCH=0: torch not installed")
+    return pytest.importorskip("torch")
+
+
 def sample():
     rng = np.random.default_rng(0)
     return {
@@ -107,7 +114,7 @@ def test_bad_files(tmpdir_ext4):
 
 
 def test_torch_matches_safetensors(tmpdir_ext4):
-    torch = pytest.importorskip("torch")
+    torch = _torch()
     st_torch = pytest.importorskip("safetensors.torch")
     p = os.path.join(tmpdir_ext4, "t.safetensors")
     d = {"a": torch.randn(100, 7), "b": torch.randn(13).to(torch.bfloat16), "c": torch.arange(11, dtype=torch.int8)}
@@ -210,7 +217,7 @@ def test_safe_open_numpy_is_lazy(tmpdir_ext4):
 
 
 def test_torch_every_dtype_matches_safetensors(tmpdir_ext4):
-    torch = pytest.importorskip("torch")
+    torch = _torch()
     st_torch = pytest.importorskip("safetensors.torch")
     p = os.path.join(tmpdir_ext4, "all.safetensors")
     every_dtype_file(p)
