@@ -37,8 +37,11 @@
 #                             +- dn2: ivshmem-plain, BAR2 = /dev/shm/fgds-vram-* (the GPU stand-in)
 #                             +- dn3: NVMe "fgdscmb" with a 64 MiB CMB (upstream p2pmem)
 #                             +- dn4: ivshmem-plain, BAR2 = 64 MiB (a second GPU stand-in)
-#                             +- dn5: NVMe "fgdsslow", reads throttled to 16 MiB/s
-#                                     (I/O that is surely in flight for the teardown tests)
+#                             +- dn5: NVMe "fgdsslow", reads throttled to 8 MiB/s
+#                                     (I/O that is surely in flight for the teardown tests:
+#                                     the debug guest spent 130 to 170 ms submitting 32
+#                                     reads of 128 KiB, in which 16 MiB/s, after QEMU's
+#                                     burst of a tenth of it, had served nearly all)
 #   root port 2 --------------- NVMe "fgdsfar" (shares no switch with the stand-ins:
 #                                     P2P to them is refused)
 # The host checks (barcheck) serve the first stand-in's BAR in out/ and the
@@ -203,7 +206,7 @@ boot() {
 		-object memory-backend-file,id=vram2,share=on,mem-path="$vram2",size=64M \
 		-device ivshmem-plain,memdev=vram2,bus=dn4 \
 		-device xio3130-downstream,id=dn5,bus=up1,chassis=6,slot=5 \
-		-drive file="$vm/nvme2.img",if=none,id=nvm2,format=raw,cache=unsafe,throttling.bps-read=16777216 \
+		-drive file="$vm/nvme2.img",if=none,id=nvm2,format=raw,cache=unsafe,throttling.bps-read=8388608 \
 		-device nvme,serial=fgdsslow,drive=nvm2,bus=dn5 \
 		-device pcie-root-port,id=rp2,chassis=7,slot=2 \
 		-drive file="$vm/nvme3.img",if=none,id=nvm3,format=raw,cache=unsafe \

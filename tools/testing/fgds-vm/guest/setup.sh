@@ -10,7 +10,7 @@
 #   FGDS_EXT4 FGDS_XFS   mount points of its file systems
 #   FGDS_CMB_BDF   the NVMe whose CMB is upstream p2pmem
 #   FGDS_CMB_NVME  that NVMe's namespace
-#   FGDS_SLOW      an NVMe namespace whose reads QEMU throttles (16 MiB/s)
+#   FGDS_SLOW      an NVMe namespace whose reads QEMU throttles (8 MiB/s)
 #   FGDS_FAR       an NVMe namespace on its own root port: no P2P to the stand-ins
 
 fgds_die() { echo "fgds-guest: setup: $*"; exit 1; }
