@@ -16,6 +16,47 @@ rm -rf "$results"
 mkdir -p "$results"
 start=$(date +%s)
 
+# Disk. A cold run writes some 13 GB under build/ and CI's machines have had
+# less free (the run then fails wherever ENOSPC lands first: the kernel's
+# link, pip, git). What this run still has to write, in MiB, from what build/
+# lacks (measured on a cold run): the toolchain root 2.5 GB, the kernel tree
+# 1.8 GB, the debug kernel's objects 0.9 GB (release 0.5) and the exporters'
+# 0.2 GB, the Rust builds 0.5 GB, the series' pristine repository 0.3 GB (1.8
+# while it is imported) and its checkout 1.8 GB while the series check runs,
+# the VM's disks and logs 0.8 GB; and torch with lmcache 5 GB, with up to 1 GB
+# of downloads while they go in. Where there is room for all but torch, the
+# torch and lmcache tests are skipped and say why; the rest runs.
+gb() { awk -v m="$1" 'BEGIN { printf "%.1f", m / 1024 }'; }
+need=$((800 + 1900 + 1024))
+[ "$("$FGDS_VM/toolchain.sh" --status 2>/dev/null)" = ready ] || need=$((need + 2600))
+[ -f "$FGDS_ROOT/fgds/linux/.fgds-tree" ] || need=$((need + 1900))
+[ -f "$FGDS_ROOT/fgds/kbuild-$FGDS_KCONFIG/vmlinux" ] || need=$((need + 1000))
+[ -d "$FGDS_ROOT/fgds/kbuild-exporters" ] || need=$((need + 250))
+[ -d "$FGDS_TOP/tools/target" ] || need=$((need + 500))
+[ -d "$FGDS_BUILD/linux-7.2" ] || need=$((need + 400))
+torch=0
+[ "${FGDS_PY_TORCH:-1}" = 0 ] || [ -f "$FGDS_BUILD/python-venv/.torch-2.15.0" ] || torch=6000
+free0=$(disk_free_mb)
+log "build/'s file system has $(gb "$free0") GB free; this run writes up to $(gb $((need + torch))) GB (1 GB of it a margin)"
+if [ "$torch" -gt 0 ] && [ "$free0" -lt $((need + torch)) ] && [ "$free0" -ge "$need" ]; then
+	export FGDS_PY_TORCH=0
+	export FGDS_PY_TORCH_WHY="not enough disk for torch: $(gb "$free0") GB free under build/, torch's CUDA wheels need $(gb $torch) GB beside the $(gb $need) GB of the rest"
+	log "$FGDS_PY_TORCH_WHY; the torch and lmcache tests are skipped"
+elif [ "$free0" -lt "$need" ]; then
+	log "warning: less free than this run writes: it may fail with ENOSPC (No space left on device)"
+fi
+# The lowest free space seen, for the summary's disk line.
+echo "$free0" >"$results/disk-low"
+(
+	low=$free0
+	while sleep 10; do
+		f=$(disk_free_mb) || continue
+		[ "$f" -lt "$low" ] && low=$f && echo "$low" >"$results/disk-low"
+	done
+) </dev/null >/dev/null 2>&1 &
+disk_watch=$!
+trap 'kill $disk_watch 2>/dev/null' EXIT
+
 # The host tests run while the kernel and the test programs build: the
 # build leaves a core idle in its long single-threaded steps (rustc on the
 # kernel crate and its doctests, the links), and the host tests, niced so
@@ -98,6 +139,21 @@ esac
 python3 "$FGDS_VM/kunit-tap.py" "$FGDS_BUILD/vm-$FGDS_KCONFIG/console.log" \
 	"$FGDS_ROOT/fgds/kbuild-$FGDS_KCONFIG/.config" >"$results/kunit.tap"
 cat "$results/kunit.tap"
+
+# The disk: a run that filled it says so at the end (then its other
+# failures may be ENOSPC, wherever it landed).
+kill $disk_watch 2>/dev/null
+low=$(cat "$results/disk-low")
+{
+	echo "1..1"
+	if [ "$low" -ge 100 ]; then
+		echo "ok 1 disk: build/'s file system never filled (lowest free: $(gb "$low") GB, $(gb "$free0") GB at the start)"
+	else
+		echo "not ok 1 disk: build/'s file system never filled (lowest free: $low MB, $(gb "$free0") GB at the start)"
+		echo "# the disk filled: the failures above may be ENOSPC (No space left on device); make check needs $(gb $((need + torch))) GB free here"
+	fi
+} >"$results/disk.tap"
+cat "$results/disk.tap"
 
 python3 "$FGDS_VM/tap-summary.py" "$results"/*.tap
 rc=$?

@@ -27,6 +27,11 @@ inroot() {
 	return $rc
 }
 
+# Free space on the file system of build/, in MiB.
+disk_free_mb() {
+	mkdir -p "$FGDS_BUILD" && df -Pm "$FGDS_BUILD" | awk 'NR == 2 { print $4 }'
+}
+
 fgds_kconfig() {
 	local cfg=${1:-${FGDS_KCONFIG:-release}}
 	case $cfg in
