@@ -35,15 +35,26 @@
  * The module parameter owner_pages_mib makes probe create P2PDMA pages
  * itself (pci_p2pdma_add_resource()) over the last owner_pages_mib MiB of
  * BAR 2, as the NVIDIA open module's nvidia-uvm does over all of a static
- * BAR1 (uvm_devmem.c). Unbinding the driver revokes every buffer, as
+ * BAR1 (uvm_devmem.c).
+ *
+ * Probe offers BAR 2 to importers that make P2PDMA pages
+ * (pcim_p2pdma_offer()), as vfio-pci, amdgpu and xe do with the series'
+ * patches. Unbinding the driver revokes every buffer, as
  * vfio_pci_dma_buf_cleanup() does, and waits until every importer has
- * unmapped.
+ * unmapped. With revoke_at_remove=0 it revokes nothing, as amdgpu and xe do
+ * (amdgpu_pci_remove() and xe_pci_remove() leave VRAM BOs and their
+ * dma-bufs alone; eviction waits until the DRM device is released): the
+ * offer's auxiliary device, deleted after remove() and before the provider,
+ * is then all that ends importers' pages, and a buffer kept past the unbind
+ * answers get_phys() with -ENODEV, as the patched drivers do once the DRM
+ * device is unplugged.
  *
  * The same exports are open to the kernel (test_p2p_dmabuf_kunit_*()), for
  * the KUnit suite of the Rust dma-buf import and P2PDMA page abstractions,
  * lib/test_p2p_dmabuf_kunit.rs.
  */
 
+#include <linux/auxiliary_bus.h>
 #include <linux/delay.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-buf-mapping.h>
@@ -75,8 +86,14 @@ module_param(owner_pages_mib, uint, 0444);
 MODULE_PARM_DESC(owner_pages_mib,
 		 "MiB at the end of BAR 2 given P2PDMA pages at probe, as nvidia-uvm does for a static BAR1");
 
+static bool revoke_at_remove = true;
+module_param(revoke_at_remove, bool, 0644);
+MODULE_PARM_DESC(revoke_at_remove,
+		 "Revoke every buffer when unbound, as vfio-pci does (N: as amdgpu and xe, which do not)");
+
 struct test_dev {
 	struct pci_dev *pdev;
+	struct pci_p2pdma_bar *offer;
 	struct p2pdma_provider *provider;
 	phys_addr_t bar_start;
 	resource_size_t bar_len;
@@ -549,6 +566,21 @@ struct device *test_p2p_dmabuf_kunit_get(u64 *owner_off)
 EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_get);
 
 /**
+ * test_p2p_dmabuf_kunit_offer - the auxiliary device of BAR 2's offer
+ * @dev: held by test_p2p_dmabuf_kunit_get()
+ *
+ * Return: the auxiliary device pcim_p2pdma_offer() made at probe; it lives
+ * while @dev is held (the binding's devres deletes it after test_remove()).
+ */
+struct auxiliary_device *test_p2p_dmabuf_kunit_offer(struct device *dev)
+{
+	struct test_dev *tdev = dev_get_drvdata(dev);
+
+	return &tdev->offer->adev;
+}
+EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_offer);
+
+/**
  * test_p2p_dmabuf_kunit_put - release test_p2p_dmabuf_kunit_get()'s hold
  * @dev: what it returned
  */
@@ -651,13 +683,14 @@ static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&tdev->lock);
 	INIT_LIST_HEAD(&tdev->bufs);
 
-	/* A provider for the BAR, as vfio_pci_core_register_device() sets up. */
-	ret = pcim_p2pdma_init(pdev);
-	if (ret)
-		return ret;
-	tdev->provider = pcim_p2pdma_provider(pdev, TEST_BAR);
-	if (!tdev->provider)
-		return -ENODEV;
+	/*
+	 * A provider for the BAR, offered to importers that make P2PDMA pages,
+	 * as vfio_pci_core_init_dev() and the patched amdgpu and xe do.
+	 */
+	tdev->offer = pcim_p2pdma_offer(pdev, TEST_BAR);
+	if (IS_ERR(tdev->offer))
+		return PTR_ERR(tdev->offer);
+	tdev->provider = tdev->offer->provider;
 	if (owner_pages_mib) {
 		resource_size_t size = (resource_size_t)owner_pages_mib << 20;
 
@@ -701,7 +734,7 @@ static void test_remove(struct pci_dev *pdev)
 		 * One being released has no attachment left; test_release()
 		 * then waits for test_lock and finds it unlisted.
 		 */
-		if (file) {
+		if (file && revoke_at_remove) {
 			test_invalidate(buf, true);
 			wait_event(buf->unmapped, !atomic64_read(&buf->maps));
 		}

@@ -10,11 +10,13 @@
 
 #include <linux/types.h>
 
+struct auxiliary_device;
 struct device;
 struct dma_buf;
 
 struct device *test_p2p_dmabuf_kunit_get(u64 *owner_off);
 void test_p2p_dmabuf_kunit_put(struct device *dev);
+struct auxiliary_device *test_p2p_dmabuf_kunit_offer(struct device *dev);
 struct dma_buf *test_p2p_dmabuf_kunit_export(struct device *dev, u64 offset,
 					     u64 size, u32 flags,
 					     u32 fence_ms);

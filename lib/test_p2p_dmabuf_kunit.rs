@@ -16,6 +16,7 @@ use core::{
     },
 };
 use kernel::{
+    auxiliary,
     bindings,
     device::Device,
     dma::DataDirection,
@@ -23,7 +24,7 @@ use kernel::{
         DmaBuf,
         DynamicAttachment,
         Importer,
-        Locked, //
+        Invalidation, //
     },
     error::from_err_ptr,
     ffi::{
@@ -33,6 +34,7 @@ use kernel::{
     pci::{
         self,
         p2pdma::{
+            OfferedBar,
             P2pPages,
             PageOwner, //
         },
@@ -65,6 +67,7 @@ impl kernel::Module for TestP2pDmabufKunit {
 extern "C" {
     fn test_p2p_dmabuf_kunit_get(owner_off: *mut u64) -> *mut c_void;
     fn test_p2p_dmabuf_kunit_put(dev: *mut c_void);
+    fn test_p2p_dmabuf_kunit_offer(dev: *mut c_void) -> *mut c_void;
     fn test_p2p_dmabuf_kunit_export(
         dev: *mut c_void,
         offset: u64,
@@ -123,6 +126,16 @@ impl Exporter {
 
     fn pci(&self) -> Result<&pci::Device> {
         self.device().try_into()
+    }
+
+    /// BAR 2's offer (`pcim_p2pdma_offer()` at the exporter's probe).
+    fn offer(&self) -> Result<&OfferedBar> {
+        // SAFETY: `dev` is held (type invariant), so the exporter is bound to it.
+        let adev = unsafe { test_p2p_dmabuf_kunit_offer(self.dev.as_ptr().cast()) };
+        // SAFETY: The offer's auxiliary device lives while the binding does, so while `self`
+        // holds it; `auxiliary::Device` is a transparent wrapper of `struct auxiliary_device`.
+        let adev = unsafe { &*adev.cast::<auxiliary::Device>() };
+        OfferedBar::of(adev)
     }
 
     /// BAR offset of the P2PDMA pages the exporter made at probe, if it made any.
@@ -199,7 +212,7 @@ impl Counting {
 }
 
 impl Importer for Counting {
-    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>) {
+    fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
         self.invalidations.fetch_add(1, Ordering::Relaxed);
         attach.unmap();
     }
@@ -259,7 +272,7 @@ mod tests {
         check!(core::ptr::eq(attach.dma_buf(), &*buf));
         check!(state(&buf)? == (1, 0, 0));
         {
-            let locked = attach.lock();
+            let mut locked = attach.lock();
             check!(!locked.is_mapped());
             check!(locked.phys_ranges().err() == Some(EINVAL));
             let table = locked.map()?;
@@ -273,11 +286,15 @@ mod tests {
             check!(core::ptr::eq(table, locked.map()?));
             check!(state(&buf)? == (1, 1, 0));
 
-            let ranges = locked.phys_ranges()?;
-            check!(core::ptr::eq(ranges.owner(), exp.device()));
-            let mut it = ranges.iter();
-            check!(it.next() == Some((bar_start + off, size)));
-            check!(it.next().is_none());
+            {
+                let ranges = locked.phys_ranges()?;
+                check!(ranges.provided_by(exp.offer()?));
+                check!(exp.offer()?.index() == BAR);
+                check!(core::ptr::eq(exp.offer()?.pci_dev(), exp.pci()?));
+                let mut it = ranges.iter();
+                check!(it.next() == Some((bar_start + off, size)));
+                check!(it.next().is_none());
+            }
             check!(locked.wait_kernel_fences().is_ok());
         }
         {
@@ -318,7 +335,7 @@ mod tests {
         check!(!attach.lock().is_mapped());
         check!(state(&buf)? == (1, 0, 0));
         {
-            let locked = attach.lock();
+            let mut locked = attach.lock();
             locked.map()?;
             check!(locked.phys_ranges().is_ok());
         }
@@ -354,7 +371,7 @@ mod tests {
             Counting::new()?,
             DataDirection::ToDevice,
         )?;
-        let locked = attach.lock();
+        let mut locked = attach.lock();
         locked.map()?;
         check!(locked.phys_ranges().err() == Some(EOPNOTSUPP));
         Ok(())
@@ -385,7 +402,7 @@ mod tests {
     #[test]
     fn p2p_pages_lifecycle() -> Result {
         let exp = Exporter::get()?;
-        let pdev = exp.pci()?;
+        let offer = exp.offer()?;
         let bar_start = exp.pci()?.resource_start(BAR)?;
         let align = P2pPages::<Freed>::ALIGN;
         let off = 32 * SZ_1M;
@@ -397,18 +414,19 @@ mod tests {
             GFP_KERNEL,
         )?;
 
-        // SAFETY: `exp` holds the device bound, and with it the BAR's provider, until it is
-        // dropped, after `pages` (declared later, so dropped earlier).
-        let pages = unsafe { P2pPages::<Freed>::new(pdev, BAR, off, 2 * align) }?;
+        // SAFETY: `exp` holds the device bound, and with it the offer and the BAR's provider,
+        // until it is dropped, after `pages` (declared later, so dropped earlier): the exporter's
+        // remove() waits for it, and the offer goes after remove().
+        let pages = unsafe { P2pPages::<Freed>::new(offer, off, 2 * align) }?;
         check!(pages.len() as u64 == (2 * align) >> bindings::PAGE_SHIFT);
         check!(!pages.is_empty());
         check!(pages.phys_start() == bar_start + off);
         // Another range over the same pages is refused, and so is one over the owner's.
         // SAFETY: As above; and these fail before any page is made.
         unsafe {
-            check!(P2pPages::<Freed>::new(pdev, BAR, off + align, align).err() == Some(EEXIST));
+            check!(P2pPages::<Freed>::new(offer, off + align, align).err() == Some(EEXIST));
             if let Some(owner_off) = exp.owner_pages() {
-                check!(P2pPages::<Freed>::new(pdev, BAR, owner_off, align).err() == Some(EEXIST));
+                check!(P2pPages::<Freed>::new(offer, owner_off, align).err() == Some(EEXIST));
             }
         }
 
@@ -442,7 +460,7 @@ mod tests {
         // Dropping the range removes its pages: the same range can be made again.
         drop(pages);
         // SAFETY: As above.
-        drop(unsafe { P2pPages::<Freed>::new(pdev, BAR, off, 2 * align) }?);
+        drop(unsafe { P2pPages::<Freed>::new(offer, off, 2 * align) }?);
         Ok(())
     }
 }

@@ -10,7 +10,7 @@
 //! lock ([`DynamicAttachment::lock`], [`Locked::map`]). The exporter may invalidate the mapping at
 //! any time (it moves or revokes the memory): [`Importer::invalidate_mappings`] is then called with
 //! the reservation lock held, and must stop every access to the memory before it returns; it may
-//! unmap the attachment through the [`Locked`] it is given.
+//! unmap the attachment through the [`Invalidation`] it is given, which cannot map it again.
 
 use crate::{
     bindings,
@@ -108,9 +108,11 @@ pub trait Importer: Send + Sync + Sized {
     ///
     /// The reservation lock is held by the exporter, so this is never called while the
     /// importer holds a [`Guard`] of the same buffer, except from within an exporter operation
-    /// the importer calls under its guard; [`Locked::map`] is the only such operation, and the
-    /// mapping it returns does not exist yet while the exporter runs.
-    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>);
+    /// the importer calls under its guard: [`Locked::map`] is the only such operation (an
+    /// exporter may move the buffer while it maps it), and no reference into the attachment's
+    /// state is held across that call. `attach` can only unmap: mapping again while the
+    /// exporter moves the memory is not allowed.
+    fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>);
 }
 
 /// What the attachment's `importer_priv` points to.
@@ -226,13 +228,15 @@ impl<T: Importer> DynamicAttachment<T> {
         // SAFETY: See the comment above.
         let inner = unsafe { &*(*attach).importer_priv.cast::<Inner<T>>() };
         // INVARIANT: the dma-buf core holds the reservation lock across this callback.
-        let mut locked = Locked {
-            // SAFETY: `attach` is valid and non-null for the duration of the callback.
-            attach: unsafe { NonNull::new_unchecked(attach) },
-            inner,
-            _p: PhantomData,
+        let mut inval = Invalidation {
+            locked: Locked {
+                // SAFETY: `attach` is valid and non-null for the duration of the callback.
+                attach: unsafe { NonNull::new_unchecked(attach) },
+                inner,
+                _p: PhantomData,
+            },
         };
-        inner.data.invalidate_mappings(&mut locked);
+        inner.data.invalidate_mappings(&mut inval);
     }
 }
 
@@ -264,35 +268,39 @@ impl<T: Importer> Locked<'_, T> {
     /// borrowed from `self`: it cannot be used after [`Locked::unmap`], which needs `&mut self`,
     /// nor after the lock is released.
     pub fn map(&self) -> Result<&SGTable> {
-        // SAFETY: The reservation lock is held (type invariant), which protects `sgt`.
-        let sgt = unsafe { &mut *self.inner.sgt.get() };
+        let slot = self.inner.sgt.get();
+        // SAFETY: The reservation lock is held (type invariant), which protects `sgt`; the value
+        // is copied out, and no reference into `sgt` is held across the exporter's call below.
+        let mut sgt = unsafe { *slot };
         if sgt.is_null() {
             // `attach` is valid and the reservation lock is held, as a dynamic
-            // importer's mapping requires.
+            // importer's mapping requires. The exporter may invalidate the attachment from
+            // within (a move on map): the importer's callback then sees it unmapped.
             // SAFETY: See the comment above.
-            let ptr = from_err_ptr(unsafe {
+            sgt = from_err_ptr(unsafe {
                 bindings::dma_buf_map_attachment(self.attach.as_ptr(), self.inner.dir.into())
             })?;
-            // INVARIANT: `ptr` is a live mapping of the attachment.
-            *sgt = ptr;
+            // INVARIANT: `sgt` is a live mapping of the attachment.
+            // SAFETY: The lock is held (type invariant); no other reference to `sgt` exists.
+            unsafe { *slot = sgt };
         }
         // `sgt` is a valid mapping until it is unmapped, which needs `&mut self` (so not while
         // this borrow of `self` lives) and the lock, which `self` holds for its lifetime.
         // SAFETY: See the comment above.
-        Ok(unsafe { SGTable::from_raw(*sgt) })
+        Ok(unsafe { SGTable::from_raw(sgt) })
     }
 
     /// The memory behind the mapped attachment, as the exporter describes it: physical ranges of
-    /// PCI MMIO, in buffer order, and the device whose P2PDMA provider they belong to
-    /// (`dma_buf_get_phys()`).
+    /// PCI MMIO, in buffer order, and the P2PDMA provider they belong to (`dma_buf_get_phys()`).
     ///
     /// Fails with `EINVAL` when the attachment is not mapped ([`Locked::map`] first),
     /// `EOPNOTSUPP` when the exporter does not describe its memory this way (or the attachment is
-    /// not peer-to-peer) and `ENODEV` when the buffer was revoked. Borrowed from `self` like the
-    /// table of [`Locked::map`]: the exporter keeps the ranges valid, and in place, until it
-    /// invalidates the mapping (which it does with the lock held, so not during the borrow) or
-    /// the attachment is unmapped (which needs `&mut self`).
-    pub fn phys_ranges(&self) -> Result<PhysRanges<'_>> {
+    /// not peer-to-peer) and `ENODEV` when the buffer was revoked or its exporter's binding is
+    /// gone. Borrowed mutably from `self`: the exporter keeps the ranges valid, and in place,
+    /// until it invalidates the mapping (which it does with the lock held, so not during the
+    /// borrow), the attachment is unmapped (which needs `&mut self`), or it is asked again (an
+    /// exporter may replace the array it gave), which the exclusive borrow rules out.
+    pub fn phys_ranges(&mut self) -> Result<PhysRanges<'_>> {
         if !self.is_mapped() {
             return Err(EINVAL);
         }
@@ -308,21 +316,22 @@ impl<T: Importer> Locked<'_, T> {
         if provider.is_null() || (nr != 0 && phys.is_null()) {
             return Err(EINVAL);
         }
-        // On success the exporter hands out a provider whose `owner` is the live device of the
-        // BAR, and `nr` ranges at `phys`, all valid until it invalidates the mapping or the
-        // attachment is unmapped: neither can happen while `self` is borrowed (see above).
+        // On success the exporter hands out `nr` ranges at `phys`, valid until it invalidates
+        // the mapping, the attachment is unmapped or it is asked again: none can happen while
+        // `self` is borrowed (see above). The provider is kept as an identity only, never
+        // dereferenced: it is only known to be live to the driver bound to its BAR's offer.
         // SAFETY: See the comment above.
-        let (owner, ranges) = unsafe {
-            (
-                Device::from_raw((*provider).owner),
-                if nr == 0 {
-                    &[][..]
-                } else {
-                    core::slice::from_raw_parts(phys, nr)
-                },
-            )
+        let ranges = unsafe {
+            if nr == 0 {
+                &[][..]
+            } else {
+                core::slice::from_raw_parts(phys, nr)
+            }
         };
-        Ok(PhysRanges { owner, ranges })
+        Ok(PhysRanges {
+            provider: provider.cast_const(),
+            ranges,
+        })
     }
 
     /// Whether the attachment is mapped.
@@ -374,17 +383,24 @@ impl<T: Importer> Locked<'_, T> {
     }
 }
 
-/// The memory behind a mapped attachment: physical ranges of one device's PCI MMIO
+/// The memory behind a mapped attachment: physical ranges of one BAR's PCI MMIO
 /// ([`Locked::phys_ranges`]).
 pub struct PhysRanges<'a> {
-    owner: &'a Device,
+    /// Compared, never dereferenced.
+    #[cfg_attr(not(CONFIG_PCI_P2PDMA), expect(dead_code))]
+    provider: *const bindings::p2pdma_provider,
     ranges: &'a [bindings::phys_vec],
 }
 
 impl PhysRanges<'_> {
-    /// The device whose BAR holds the ranges (the owner of their P2PDMA provider).
-    pub fn owner(&self) -> &Device {
-        self.owner
+    /// Whether the ranges lie in `bar`, the BAR whose offer the caller's driver is bound to:
+    /// whether the exporter named that BAR's P2PDMA provider.
+    ///
+    /// A provider of another BAR, another device or an earlier binding of the same device
+    /// (which an exporter must refuse to hand out, with `ENODEV`) is not `bar`'s.
+    #[cfg(CONFIG_PCI_P2PDMA)]
+    pub fn provided_by(&self, bar: &crate::pci::p2pdma::OfferedBar) -> bool {
+        core::ptr::eq(self.provider, bar.provider())
     }
 
     /// The ranges, in buffer order: `(CPU-physical address, length)`.
@@ -394,6 +410,24 @@ impl PhysRanges<'_> {
         self.ranges
             .iter()
             .map(|r| (u64::from(r.paddr), r.len as u64))
+    }
+}
+
+/// A [`DynamicAttachment`] being invalidated by its exporter ([`Importer::invalidate_mappings`]),
+/// with the reservation lock held: it can be unmapped, not mapped again.
+pub struct Invalidation<'a, T: Importer> {
+    locked: Locked<'a, T>,
+}
+
+impl<T: Importer> Invalidation<'_, T> {
+    /// Whether the attachment is mapped.
+    pub fn is_mapped(&self) -> bool {
+        self.locked.is_mapped()
+    }
+
+    /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
+    pub fn unmap(&mut self) {
+        self.locked.unmap();
     }
 }
 

@@ -2,11 +2,14 @@
 
 //! fgds: fast GPU direct storage.
 //!
-//! One misc device, `/dev/fgdsN`, per PCIe GPU. A GPU buffer exported as a dma-buf is registered
-//! on it (`FGDS_IOCTL_REG_BUFFER`); its BAR pages become PCI P2PDMA pages with the BAR's real
-//! provider, mapped into user space with `mmap()` at the returned cookie. The mapping is then a
-//! buffer for O_DIRECT and io_uring I/O: the block layer's own P2P rules decide which queues may
-//! DMA to it. See `Documentation/misc-devices/fgds.rst`.
+//! One misc device, `/dev/fgdsN`, per GPU BAR its driver offers. The driver that owns a GPU (or
+//! vfio-pci, for a device given to user space) offers a BAR with `pcim_p2pdma_offer()` at its
+//! probe; that creates an auxiliary device, and fgds is its auxiliary driver. A GPU buffer
+//! exported as a dma-buf is registered on the node (`FGDS_IOCTL_REG_BUFFER`); its BAR pages become
+//! PCI P2PDMA pages with the BAR's real provider, mapped (uncached, as the kernel maps them) into
+//! user space with `mmap()` at the returned cookie. The mapping is then a buffer for O_DIRECT
+//! and io_uring I/O: the block layer's own P2P rules decide which queues may DMA to it. See
+//! `Documentation/misc-devices/fgds.rst`.
 //!
 //! Lifetime rules (the reason most of this file exists):
 //!
@@ -14,31 +17,29 @@
 //!   [`P2pPage`], which holds the page's first reference (the "base" reference); mappings
 //!   (`vm_insert_page()`) and O_DIRECT/io_uring pins (GUP) take their own. When a page's last
 //!   reference goes, the registration's [`Drain`] is told (from any context).
-//! - Tearing a registration down (UNREG, close, the exporter's invalidation, the unbinding of
-//!   the GPU's driver or the GPU's removal) marks it dead (new faults get `SIGBUS`, new I/O
-//!   `EFAULT`), zaps every user mapping of it, drops the base references and waits until the
-//!   [`Drain`] saw every page freed: that is, until in-flight DMA has completed. Only then is
-//!   the dma-buf attachment unmapped, so the exporter's revoke completes after the last DMA into
-//!   the memory. Concurrent teardowns of one registration are serialised ([`Buffer::attach`]):
-//!   none returns before the drain.
+//! - Tearing a registration down (UNREG, close, the exporter's invalidation, or the owner's
+//!   unbinding, which removes the offer's auxiliary device) marks it dead (new faults get
+//!   `SIGBUS`, new I/O `EFAULT`), zaps every user mapping of it, drops the base references and
+//!   waits until the [`Drain`] saw every page freed: that is, until in-flight DMA has completed.
+//!   Only then is the dma-buf attachment unmapped, so the exporter's revoke completes after the
+//!   last DMA into the memory. Concurrent teardowns of one registration are serialised
+//!   ([`Buffer::attach`]): none returns before the drain.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
-//! - Struct pages refer to the GPU's P2PDMA provider, which belongs to the GPU's driver: every
-//!   registration on a GPU is torn down when its driver is about to be unbound (before the
-//!   driver's `remove()` releases the provider), and none is accepted until a driver binds
-//!   again. A GPU removed from the system loses its node first, then what is left on it: no
-//!   struct page of a BAR outlives the device or its provider.
+//! - Struct pages refer to the BAR's P2PDMA provider, which belongs to the owner's binding. The
+//!   owner deletes the offer's auxiliary device before it releases the provider, and fgds's
+//!   `unbind()` (called then) tears down every registration on the node and accepts none after:
+//!   no struct page of a BAR outlives the binding that offered it.
 //!
 //! Lock order (outermost first; each arrow is "may be held while taking"):
 //!
-//! - device lock of the GPU (bus notifications) -> [`Buffer::attach`]
+//! - device lock of the auxiliary device (`unbind()`) -> [`Buffer::attach`]
 //! - mmap lock -> [`Buffer::state`] (faults)
 //! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`]
 //! - dma-buf reservation lock -> [`Gpu::state`] -> memory hotplug lock (a chunk's struct pages
 //!   are created and removed with [`Gpu::state`] held)
 //! - [`Buffer::state`] -> [`Gpu::state`] (registration)
-//! - [`FgdsFile::buffers`] and [`Nodes::list`] are never held across any of the above;
-//!   [`Nodes::list`] -> misc device registration.
+//! - [`FgdsFile::buffers`] is never held across any of the above.
 //!
 //! The teardown blocks, with the reservation lock held, until in-flight DMA into the buffer
 //! has completed. That wait is bounded by the storage's request timeouts (a block request that
@@ -51,12 +52,14 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
+    auxiliary,
+    device::Core,
     dma::DataDirection,
     dma_buf::{
         DmaBuf,
         DynamicAttachment,
         Importer,
-        Locked,
+        Invalidation,
         PhysRanges, //
     },
     fs::{
@@ -85,13 +88,12 @@ use kernel::{
         PAGE_SHIFT,
         PAGE_SIZE, //
     },
-    pci::{
-        self,
-        p2pdma::{
-            P2pPage,
-            P2pPages,
-            PageOwner, //
-        },
+    pci::p2pdma::{
+        Offer,
+        OfferedBar,
+        P2pPage,
+        P2pPages,
+        PageOwner, //
     },
     prelude::*,
     rbtree::RBTree,
@@ -114,19 +116,23 @@ use kernel::{
     uapi,
 };
 
-module! {
-    type: FgdsModule,
+kernel::module_auxiliary_driver! {
+    type: FgdsDriver,
     name: "fgds",
     description: "fast GPU direct storage: O_DIRECT and io_uring I/O into GPU memory, peer to peer",
     license: "GPL",
     imports_ns: ["DMA_BUF"],
-    params: {
-        ids: PciIdList {
-            default: kernel::module_param::PciIdList::EMPTY,
-            description: "More PCI devices to serve: vendor:device[,vendor:device...] (hex)",
-        },
-    },
 }
+
+kernel::auxiliary_device_table!(
+    AUX_TABLE,
+    MODULE_AUX_TABLE,
+    <FgdsDriver as auxiliary::Driver>::IdInfo,
+    [(
+        auxiliary::DeviceId::new(OfferedBar::AUXILIARY_NAME.0, OfferedBar::AUXILIARY_NAME.1),
+        ()
+    )]
+);
 
 /// Size of the unit in which BAR ranges get struct pages: the memory hotplug subsection.
 const CHUNK_SIZE: u64 = P2pPages::<Drain>::ALIGN;
@@ -135,7 +141,7 @@ const PAGES_PER_CHUNK: usize = (CHUNK_SIZE as usize) / PAGE_SIZE;
 const MAX_CHUNK_UNITS: u64 = (1 << 30) / CHUNK_SIZE;
 /// Largest registration (also reported by `FGDS_IOCTL_VERSION`).
 const MAX_BUFFER_SIZE: u64 = 1 << 40;
-/// Most GPUs served (one node name each).
+/// Most BARs served at once (one node name each).
 const NODE_NAMES: [&CStr; 16] = [
     c"fgds0", c"fgds1", c"fgds2", c"fgds3", c"fgds4", c"fgds5", c"fgds6", c"fgds7", c"fgds8",
     c"fgds9", c"fgds10", c"fgds11", c"fgds12", c"fgds13", c"fgds14", c"fgds15",
@@ -177,21 +183,6 @@ uapi_struct!(BufferInfo, uapi::fgds_buffer_info);
 
 fn page_aligned(v: u64) -> bool {
     v % PAGE_SIZE as u64 == 0
-}
-
-/// Whether `pdev` is served by default: a display controller or a processing accelerator.
-fn is_gpu_class(pdev: &pci::Device) -> bool {
-    let class = pdev.pci_class().as_raw();
-    // Every display controller (0x03xx: VGA, 3D, and "other", as virtio-gpu), and processing
-    // accelerators.
-    class >> 16 == 0x03 || class >> 8 == 0x1200
-}
-
-/// A BAR large enough to hold at least one chunk.
-fn has_usable_bar(pdev: &pci::Device) -> bool {
-    (0..6).any(|bar| {
-        pdev.bar_is_mem(bar) && pdev.resource_len(bar).is_ok_and(|len| len >= CHUNK_SIZE)
-    })
 }
 
 /// A run of [`CHUNK_SIZE`] units of a BAR with struct pages: one pagemap.
@@ -274,19 +265,23 @@ struct GpuState {
     buffers: RBTree<u64, Arc<Buffer>>,
     /// Last cookie id given out; ids are never reused.
     last_id: u64,
-    /// The GPU was removed from the system: no new registration.
+    /// The offer's auxiliary device is being unbound (its owner unbinds, or fgds is unloaded):
+    /// no new registration, for good (the BAR's P2PDMA provider is about to go).
     gone: bool,
-    /// The GPU's driver is being unbound or has no driver: no new registration (its P2PDMA
-    /// providers are about to go). Cleared when a driver binds.
-    unbound: bool,
+    /// REG_BUFFER calls past their check of `gone` and not yet returned: they may hold struct
+    /// pages not yet published in `buffers`. [`Gpu::revoke_all`] waits for them.
+    regs: usize,
 }
 
-/// A GPU served by fgds.
+/// An offered GPU BAR served by fgds (the node's GPU).
 #[pin_data]
 struct Gpu {
-    pdev: ARef<pci::Device>,
+    offer: Offer,
     #[pin]
     state: Mutex<GpuState>,
+    /// Completed once `gone` is set and `regs` is zero.
+    #[pin]
+    idle: Completion,
     /// [`Buffer`]s alive (registered, or torn down and still referenced), for fdinfo.
     live_buffers: AtomicUsize,
 }
@@ -312,39 +307,59 @@ fn chunk_key(bar: u32, bar_off: u64) -> u64 {
 }
 
 impl Gpu {
-    /// The GPU leaves the system (`gone`) or its driver is about to be unbound: every
-    /// registration on it is torn down (as if revoked) and detached, and no new one is accepted
-    /// (for an unbind, until a driver binds again).
-    fn revoke_all(&self, gone: bool) {
-        let buffers = {
+    /// The offer goes (its owner unbinds): every registration on it is torn down (as if revoked)
+    /// and detached, and no new one is accepted.
+    ///
+    /// Returns when no struct page of the BAR is left: registrations in progress have ended
+    /// (each drops what it made when it finds the node gone) and every registration is torn
+    /// down, its in-flight DMA drained.
+    fn revoke_all(&self) {
+        let (buffers, busy) = {
             let mut gs = self.state.lock();
-            if gone {
-                gs.gone = true;
-            }
-            gs.unbound = true;
-            core::mem::take(&mut gs.buffers)
+            gs.gone = true;
+            (core::mem::take(&mut gs.buffers), gs.regs != 0)
         };
+        if busy {
+            self.idle.wait_for_completion();
+        }
         for (_, buf) in buffers.iter() {
             buf.unregister(true);
         }
     }
 
-    /// A driver bound to the GPU: registrations are accepted again.
-    fn driver_bound(&self) {
-        self.state.lock().unbound = false;
+    /// The offset in the offered BAR of CPU-physical range `[addr, addr + len)`, if it lies there.
+    fn bar_offset_of(&self, addr: u64, len: u64) -> Option<u64> {
+        let pdev = self.offer.pci_dev();
+        let bar = self.offer.index();
+        let start = pdev.resource_start(bar).ok()?;
+        let size = pdev.resource_len(bar).ok()?;
+        let off = addr.checked_sub(start)?;
+        (off < size && len <= size - off).then_some(off)
     }
+}
 
-    /// Finds the BAR holding CPU-physical range `[addr, addr + len)`: `(bar, offset in the BAR)`.
-    fn bar_of(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
-        (0..6).find_map(|bar| {
-            if !self.pdev.bar_is_mem(bar) {
-                return None;
-            }
-            let start = self.pdev.resource_start(bar).ok()?;
-            let size = self.pdev.resource_len(bar).ok()?;
-            let off = addr.checked_sub(start)?;
-            (off < size && len <= size - off).then_some((bar, off))
-        })
+/// A REG_BUFFER in progress on a GPU, counted in [`GpuState::regs`].
+struct RegInProgress<'a>(&'a Gpu);
+
+impl<'a> RegInProgress<'a> {
+    /// Counts a new registration in progress, or `ENODEV` when the GPU is gone.
+    fn new(gpu: &'a Gpu) -> Result<Self> {
+        let mut gs = gpu.state.lock();
+        if gs.gone {
+            return Err(ENODEV);
+        }
+        gs.regs += 1;
+        Ok(Self(gpu))
+    }
+}
+
+impl Drop for RegInProgress<'_> {
+    fn drop(&mut self) {
+        let mut gs = self.0.state.lock();
+        gs.regs -= 1;
+        if gs.regs == 0 && gs.gone {
+            self.0.idle.complete_all();
+        }
     }
 }
 
@@ -381,8 +396,9 @@ struct Buffer {
 
 impl Buffer {
     /// Tears the registration down: no new access, every mapping zapped, every page freed (so no
-    /// DMA in flight), the attachment unmapped. Idempotent. Called with the reservation lock.
-    fn teardown(&self, locked: &mut Locked<'_, Buffer>, revoked: bool) {
+    /// DMA in flight), then `unmap` (of the attachment). Idempotent. Called with the reservation
+    /// lock.
+    fn teardown(&self, unmap: impl FnOnce(), revoked: bool) {
         let (chunks, pages) = {
             let mut st = self.state.lock();
             if st.dead {
@@ -401,17 +417,19 @@ impl Buffer {
         // io_uring are the only references left, and each is dropped when its I/O completes.
         drop(pages);
         self.drain.wait();
-        locked.unmap();
+        unmap();
 
         release_chunks(&mut self.gpu.state.lock(), chunks);
     }
 
-    /// UNREG, close, the unbinding of the GPU's driver or the GPU's removal (`revoked`): tears
-    /// down and detaches. A second caller waits until the first is done.
+    /// UNREG, close, or the unbinding of the BAR's owner (`revoked`): tears down and detaches. A
+    /// second caller waits until the first is done.
     fn unregister(&self, revoked: bool) {
         let mut attach = self.attach.lock();
         if let Some(a) = attach.take() {
-            self.teardown(&mut a.lock(), revoked);
+            let mut locked = a.lock();
+            self.teardown(|| locked.unmap(), revoked);
+            drop(locked);
             drop(a);
         }
         drop(attach);
@@ -435,8 +453,8 @@ fn release_chunks(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>) {
 }
 
 impl Importer for Buffer {
-    fn invalidate_mappings(&self, attach: &mut Locked<'_, Self>) {
-        self.teardown(attach, true);
+    fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
+        self.teardown(|| attach.unmap(), true);
     }
 }
 
@@ -463,16 +481,18 @@ impl VmOperations for Buffer {
 ///
 /// Found from the physical ranges the exporter describes the memory by, never from the DMA
 /// addresses of its mapping: with an IOMMU those are IOVAs, and bus and CPU addresses differ on
-/// many platforms. Memory of another device than this node's GPU is `EXDEV`.
+/// many platforms. Memory of another BAR, another device or an earlier binding of this node's
+/// device (another P2PDMA provider than the offered BAR's) is `EXDEV`.
 fn extents(
     gpu: &Gpu,
     phys: &PhysRanges<'_>,
     offset: u64,
     size: u64,
 ) -> Result<KVec<(u32, u64, u64)>> {
-    if !core::ptr::eq(phys.owner(), gpu.pdev.as_ref()) {
+    if !phys.provided_by(&gpu.offer) {
         return Err(EXDEV);
     }
+    let bar = gpu.offer.index();
     let end = offset + size;
     let mut out = KVec::new();
     let mut pos = 0u64;
@@ -487,7 +507,9 @@ fn extents(
         }
         let from = start.max(offset);
         let to = pos.min(end);
-        let (bar, bar_off) = gpu.bar_of(addr + (from - start), to - from).ok_or(EXDEV)?;
+        let bar_off = gpu
+            .bar_offset_of(addr + (from - start), to - from)
+            .ok_or(EXDEV)?;
         if !page_aligned(bar_off) || !page_aligned(to - from) {
             return Err(EXDEV);
         }
@@ -527,20 +549,19 @@ fn publish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) -> Result {
     Ok(())
 }
 
-/// Gives `units` units of BAR `bar` from `chunk_off` struct pages, as one chunk whose first unit
-/// has key `key`. Called with [`Gpu::state`] held, while `unbound` is false.
-fn new_chunk(gpu: &Gpu, bar: u32, chunk_off: u64, units: u64, key: u64) -> Result<Arc<Chunk>> {
-    // The pages refer to the GPU's P2PDMA provider, owned by its driver. The chunk is dropped
-    // before that driver is unbound: `Nodes::driver_unbinding` (called before the driver's
-    // `remove()`) sets `unbound` under `Gpu::state` (held by our caller, which checked it) and
-    // tears down every registration, each of which drops its use of its chunks, and no chunk
-    // is made until a driver binds again. A registration still being made then holds its
-    // chunks unpublished (no mapping, no I/O) and drops them when its publication fails.
+/// Gives `units` units of the offered BAR from `chunk_off` struct pages, as one chunk whose first
+/// unit has key `key`. Called with [`Gpu::state`] held, while `gone` is false.
+fn new_chunk(gpu: &Gpu, chunk_off: u64, units: u64, key: u64) -> Result<Arc<Chunk>> {
+    // fgds is the driver bound to the offer's auxiliary device (`gpu.offer`), and the chunk is
+    // dropped before its `unbind()` returns: `FgdsDriver::unbind` sets `gone` under
+    // `Gpu::state` (held by our caller, which checked it), so no chunk is made after; it waits
+    // until every REG_BUFFER in progress returned (`RegInProgress`: a registration still being
+    // made holds its chunks unpublished, with no mapping and no I/O, and drops them when its
+    // publication fails), then tears down every published registration, each of which drops
+    // its use of its chunks once its pages are free.
     let size = units * CHUNK_SIZE;
-    // SAFETY: As just said, the pages go before the provider.
-    let pages = unsafe { P2pPages::new(&gpu.pdev, bar, chunk_off, size) };
-    // No P2PDMA provider: the exporter did not set the BAR up for peer-to-peer.
-    let pages = pages.map_err(|e| if e == ENODEV { EOPNOTSUPP } else { e })?;
+    // SAFETY: As just said, the pages go before `unbind()` returns.
+    let pages = unsafe { P2pPages::new(&gpu.offer, chunk_off, size) }?;
     Ok(Arc::new(
         Chunk {
             key,
@@ -564,10 +585,14 @@ impl Buffer {
             return Err(ENODEV);
         }
         let mut chunks: KVec<Arc<Chunk>> = KVec::new();
-        let mut pages: KVVec<P2pPage> = KVVec::with_capacity(npages, GFP_KERNEL)?;
+        // 8 bytes per page, charged to the caller's memory cgroup like the struct pages.
+        let mut pages: KVVec<P2pPage> = KVVec::with_capacity(
+            npages,
+            GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
+        )?;
         let mut gs = self.gpu.state.lock();
         let res = (|| -> Result {
-            if gs.gone || gs.unbound {
+            if gs.gone {
                 return Err(ENODEV);
             }
             for &(bar, off, len) in extents {
@@ -590,7 +615,7 @@ impl Buffer {
                                     {
                                         units += 1;
                                     }
-                                    new_chunk(&self.gpu, bar, o - o % CHUNK_SIZE, units, key)?
+                                    new_chunk(&self.gpu, o - o % CHUNK_SIZE, units, key)?
                                 }
                             };
                             chunks.push(chunk.clone(), GFP_KERNEL)?;
@@ -697,9 +722,12 @@ impl FgdsFile {
         if end > dmabuf.size() as u64 {
             return Err(ERANGE);
         }
+        // Declared first, dropped last: every struct page this call makes and does not publish
+        // is gone before `revoke_all()` may return.
+        let _reg = RegInProgress::new(&self.gpu)?;
         let cookie = {
             let mut gs = self.gpu.state.lock();
-            if gs.gone || gs.unbound {
+            if gs.gone {
                 return Err(ENODEV);
             }
             gs.last_id += 1;
@@ -728,7 +756,7 @@ impl FgdsFile {
         )?;
         let attach = DynamicAttachment::new(
             &dmabuf,
-            self.gpu.pdev.as_ref(),
+            self.gpu.offer.pci_dev().as_ref(),
             buf.clone(),
             DataDirection::Bidirectional,
         )?;
@@ -736,7 +764,7 @@ impl FgdsFile {
             return Err(EOPNOTSUPP);
         }
         let ext = {
-            let locked = attach.lock();
+            let mut locked = attach.lock();
             // Our arguments are checked: an exporter that cannot map the buffer for this GPU
             // (EINVAL, EIO) holds memory this GPU cannot reach.
             locked
@@ -770,7 +798,7 @@ impl FgdsFile {
     fn publish(&self, buf: &Arc<Buffer>) -> Result {
         {
             let mut gs = self.gpu.state.lock();
-            if gs.gone || gs.unbound {
+            if gs.gone {
                 return Err(ENODEV);
             }
             gs.buffers
@@ -789,9 +817,15 @@ impl FgdsFile {
         if req.0.reserved != 0 {
             return Err(EINVAL);
         }
-        let buf = self.buffers.lock().remove(&req.0.cookie).ok_or(ENOENT)?;
+        // Torn down before it leaves the file's table: a concurrent UNREG of the same cookie
+        // waits in `unregister()` until the drain is done, then finds it gone (`ENOENT`). Either
+        // way no caller returns while DMA into the buffer may be in flight.
+        let buf = self.lookup(req.0.cookie)?;
         buf.unregister(false);
-        Ok(0)
+        match self.buffers.lock().remove(&req.0.cookie) {
+            Some(_) => Ok(0),
+            None => Err(ENOENT),
+        }
     }
 
     fn query_buffer(&self, arg: usize) -> Result<isize> {
@@ -862,6 +896,8 @@ impl MiscDevice for FgdsFile {
         if buf.state.lock().dead {
             return Err(ENODEV);
         }
+        // MMIO: uncached, as the kernel's own mapping of P2PDMA pages (never write-back).
+        vma.set_page_prot_noncached();
         vma.set_dontcopy();
         vma.set_dontexpand();
         vma.set_dontdump();
@@ -884,169 +920,109 @@ impl MiscDevice for FgdsFile {
     }
 }
 
-/// The misc device of a GPU.
+/// Node names in use: bit `i` for `NODE_NAMES[i]`.
+static NODE_NAMES_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// A node name, given back when dropped.
+struct NodeName(usize);
+
+impl NodeName {
+    /// The first free name, or `ENOSPC`.
+    fn claim() -> Result<Self> {
+        let mut used = NODE_NAMES_USED.load(Ordering::Relaxed);
+        loop {
+            let i = (!used).trailing_zeros() as usize;
+            if i >= NODE_NAMES.len() {
+                return Err(ENOSPC);
+            }
+            match NODE_NAMES_USED.compare_exchange(
+                used,
+                used | (1 << i),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(Self(i)),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn name(&self) -> &'static CStr {
+        NODE_NAMES[self.0]
+    }
+}
+
+impl Drop for NodeName {
+    fn drop(&mut self) {
+        NODE_NAMES_USED.fetch_and(!(1 << self.0), Ordering::AcqRel);
+    }
+}
+
+/// The misc device of an offered BAR, the driver data of its auxiliary device.
 #[pin_data]
 struct GpuNode {
-    /// The node, a child of the GPU's device.
+    /// The node, a child of the offer's auxiliary device.
     #[pin]
     misc: MiscDeviceRegistration<FgdsFile>,
     gpu: Arc<Gpu>,
-    name: &'static CStr,
+    /// Given back after the node is gone (fields drop in order).
+    _name: NodeName,
 }
 
 impl GpuNode {
-    /// Whether this is the node of `pdev`.
-    fn serves(&self, pdev: &pci::Device) -> bool {
-        core::ptr::eq::<pci::Device>(&*self.gpu.pdev, pdev)
-    }
-}
-
-/// The GPUs served, one node each. Follows the PCI bus: a GPU whose driver binds later gets a
-/// node then, a GPU removed from the system loses its node and its registrations.
-#[pin_data]
-struct Nodes {
-    #[pin]
-    list: Mutex<KVec<Pin<KBox<GpuNode>>>>,
-}
-
-impl Nodes {
-    /// Whether fgds serves `pdev`: a GPU class or listed in `ids=`, with a BAR of a chunk or more.
-    fn serves(pdev: &pci::Device) -> bool {
-        let listed = module_parameters::ids
-            .value()
-            .contains(pdev.vendor_id().as_raw(), pdev.device_id());
-        (listed || is_gpu_class(pdev)) && has_usable_bar(pdev)
-    }
-
-    /// Gives `pdev` a node, unless it has one.
-    fn add(&self, pdev: &pci::Device) -> Result {
-        let mut list = self.list.lock();
-        if list.iter().any(|n| n.serves(pdev)) {
-            return Ok(());
-        }
-        let name = NODE_NAMES
-            .iter()
-            .copied()
-            .find(|&name| !list.iter().any(|n| n.name == name))
-            .ok_or(ENOSPC)?;
+    fn new(adev: &auxiliary::Device<Core<'_>>) -> Result<Pin<KBox<Self>>> {
+        let offer = Offer::new(adev)?;
+        let name = NodeName::claim()?;
         let gpu = Arc::pin_init(
             try_pin_init!(Gpu {
-                pdev: ARef::from(pdev),
+                offer,
                 state <- new_mutex!(GpuState {
                     chunks: RBTree::new(),
                     pagemaps: 0,
                     buffers: RBTree::new(),
                     last_id: 0,
                     gone: false,
-                    unbound: false,
+                    regs: 0,
                 }),
+                idle <- Completion::new(),
                 live_buffers: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
         )?;
-        let parent = ARef::from(gpu.pdev.as_ref());
-        let node = KBox::try_pin_init(
+        let parent = ARef::from(gpu.offer.device().as_ref());
+        KBox::try_pin_init(
             try_pin_init!(GpuNode {
                 misc <- MiscDeviceRegistration::register_with(
-                    MiscDeviceOptions { name },
+                    MiscDeviceOptions { name: name.name() },
                     Some(parent),
                     gpu.clone(),
                 ),
                 gpu,
-                name,
+                _name: name,
             }),
             GFP_KERNEL,
-        )?;
-        list.push(node, GFP_KERNEL)?;
-        Ok(())
-    }
-
-    /// Gives `pdev` a node, or says why it gets none.
-    fn serve(&self, pdev: &pci::Device) {
-        if let Err(e) = self.add(pdev) {
-            dev_warn!(pdev.as_ref(), "fgds: cannot serve this GPU: {:?}\n", e);
-        }
-    }
-
-    /// Gives every GPU present a node (a GPU that cannot have one is skipped, and said so).
-    fn scan(&self) -> Result {
-        let mut found: KVec<ARef<pci::Device>> = KVec::new();
-        let mut res: Result = Ok(());
-        pci::Device::for_each(|pdev| {
-            if Self::serves(pdev) {
-                if let Err(e) = found.push(ARef::from(pdev), GFP_KERNEL) {
-                    res = Err(e.into());
-                    return false;
-                }
-            }
-            true
-        });
-        res?;
-        found.iter().for_each(|pdev| self.serve(pdev));
-        Ok(())
+        )
     }
 }
 
-impl Nodes {
-    /// The GPU of `pdev`, if it has a node.
-    fn gpu_of(&self, pdev: &pci::Device) -> Option<Arc<Gpu>> {
-        self.list
-            .lock()
-            .iter()
-            .find(|n| n.serves(pdev))
-            .map(|n| n.gpu.clone())
-    }
-}
+struct FgdsDriver;
 
-impl pci::BusEvents for Nodes {
-    fn driver_bound(&self, pdev: &pci::Device) {
-        if Self::serves(pdev) {
-            match self.gpu_of(pdev) {
-                Some(gpu) => gpu.driver_bound(),
-                None => self.serve(pdev),
-            }
-        }
+impl auxiliary::Driver for FgdsDriver {
+    type IdInfo = ();
+    type Data<'bound> = Pin<KBox<GpuNode>>;
+    const ID_TABLE: auxiliary::IdTable<Self::IdInfo> = &AUX_TABLE;
+
+    fn probe<'bound>(
+        adev: &'bound auxiliary::Device<Core<'_>>,
+        _info: &'bound Self::IdInfo,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        GpuNode::new(adev)
     }
 
-    fn driver_unbinding(&self, pdev: &pci::Device) {
-        // Before the driver's `remove()`: its P2PDMA providers, which our struct pages refer
-        // to, still exist, and go right after.
-        if let Some(gpu) = self.gpu_of(pdev) {
-            gpu.revoke_all(false);
-        }
-    }
-
-    fn removed(&self, pdev: &pci::Device) {
-        let node = {
-            let mut list = self.list.lock();
-            let Some(i) = list.iter().position(|n| n.serves(pdev)) else {
-                return;
-            };
-            list.remove(i)
-        };
-        if let Ok(node) = node {
-            // The node goes first (no new open), then what open files registered.
-            let gpu = node.gpu.clone();
-            drop(node);
-            gpu.revoke_all(true);
-        }
-    }
-}
-
-#[pin_data]
-struct FgdsModule {
-    #[pin]
-    nodes: pci::BusNotifier<Nodes>,
-}
-
-impl kernel::InPlaceModule for FgdsModule {
-    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        try_pin_init!(Self {
-            nodes <- pci::BusNotifier::new(try_pin_init!(Nodes {
-                list <- new_mutex!(KVec::new()),
-            })),
-        })
-        // Registered first: a GPU that comes meanwhile is found by both, and served once.
-        .pin_chain(|m| m.nodes.events().scan())
+    fn unbind<'bound>(_adev: &'bound auxiliary::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        // The owner is unbinding (or fgds is unloaded): its P2PDMA provider, which our struct
+        // pages refer to, still exists and goes right after. The node itself goes when the
+        // driver data is dropped; open files keep the `Gpu`, on which REG now fails.
+        this.gpu.revoke_all();
     }
 }

@@ -25,8 +25,11 @@
  * return only after it. Mappings are not inherited across fork and cannot
  * grow (mremap: EFAULT). A revoked registration (or one of a removed GPU) is
  * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered. The
- * unbinding of the GPU's driver ends its registrations too, before the
- * driver's remove(); registration fails with ENODEV until a driver binds.
+ * unbinding of the GPU's driver ends its registrations too, before its
+ * P2PDMA provider goes, and its node with them; registration on an open file
+ * of that node fails with ENODEV, and a new binding makes a new node. A
+ * registration's struct pages are charged to the caller's memory cgroup
+ * (ENOMEM over its limit).
  *
  * I/O into a mapping fails with EREMOTEIO on a device that cannot do P2P
  * DMA at all (loop, virtio, md, dm), with EINVAL on one that can but has no

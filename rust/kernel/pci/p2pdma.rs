@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! PCI peer-to-peer DMA pages over a BAR range of a device another driver owns.
+//! PCI peer-to-peer DMA pages over a BAR range of a device another driver owns and offers.
 //!
 //! C header: [`include/linux/pci-p2pdma.h`](srctree/include/linux/pci-p2pdma.h).
 //!
-//! [`P2pPages`] gives a range of a PCI BAR `struct page`s of type `MEMORY_DEVICE_PCI_P2PDMA`
-//! with the BAR's real P2PDMA provider (set up by the driver owning the device, e.g. vfio-pci
-//! for the BARs it exports as dma-bufs). The block layer then applies its own P2P rules to them:
+//! The driver that owns a PCI device offers a BAR with `pcim_p2pdma_offer()` at its probe: it
+//! creates an auxiliary device `pci_p2pdma.bar.<id>`, a child of the PCI device, which is deleted
+//! when that driver unbinds, before the BAR's P2PDMA provider goes. An importer binds to it as an
+//! auxiliary driver ([`OfferedBar::AUXILIARY_NAME`]) and sees it as an [`OfferedBar`].
+//!
+//! [`P2pPages`] gives a range of an offered BAR `struct page`s of type `MEMORY_DEVICE_PCI_P2PDMA`
+//! with the BAR's real P2PDMA provider. The block layer then applies its own P2P rules to them:
 //! they can be the buffer of an O_DIRECT request only for a queue that can do P2P DMA to that
 //! BAR.
 //!
@@ -18,7 +22,9 @@
 //! `struct page`s.
 
 use crate::{
+    auxiliary,
     bindings,
+    container_of,
     error::from_err_ptr,
     ffi::c_ulong,
     page::BorrowedPage,
@@ -28,6 +34,7 @@ use crate::{
         aref::ARef,
         Arc, //
     },
+    types::Opaque,
 };
 use core::{
     ptr::NonNull,
@@ -36,6 +43,109 @@ use core::{
         Ordering, //
     },
 };
+
+/// A BAR offered by the driver that owns its PCI device (`pcim_p2pdma_offer()`), seen through
+/// the auxiliary device the offer created.
+///
+/// # Invariants
+///
+/// The inner `struct pci_p2pdma_bar` was made by `pcim_p2pdma_offer()`: its `adev` is the
+/// auxiliary device, `pdev` holds a reference to the PCI device, and `bar` and `provider` never
+/// change. It lives as long as its auxiliary device. `provider` is live while the owner's driver
+/// is bound, so while a driver is bound to `adev`.
+#[repr(transparent)]
+pub struct OfferedBar(Opaque<bindings::pci_p2pdma_bar>);
+
+// SAFETY: The fields are immutable after the offer; the structure may be used from any thread.
+unsafe impl Send for OfferedBar {}
+// SAFETY: As above.
+unsafe impl Sync for OfferedBar {}
+
+impl OfferedBar {
+    /// Module and device names of the auxiliary devices of offers: `pci_p2pdma.bar.<id>`.
+    pub const AUXILIARY_NAME: (&'static CStr, &'static CStr) = (c"pci_p2pdma", c"bar");
+
+    /// The offer behind `adev`, or `EINVAL` when `adev` was not created by `pcim_p2pdma_offer()`.
+    pub fn of(adev: &auxiliary::Device) -> Result<&Self> {
+        let dev = adev.as_ref().as_raw();
+        // `dev` is the `struct device` of the live auxiliary device `adev`.
+        // SAFETY: See the comment above.
+        let raw = unsafe {
+            bindings::pci_p2pdma_bar_of(container_of!(dev, bindings::auxiliary_device, dev))
+        };
+        if raw.is_null() {
+            return Err(EINVAL);
+        }
+        // INVARIANT: `pci_p2pdma_bar_of()` found the offer that made `adev`; it lives as long as
+        // `adev`, which the returned borrow cannot outlive.
+        // SAFETY: `raw` is valid for the borrow of `adev`; `OfferedBar` is transparent.
+        Ok(unsafe { &*raw.cast::<Self>() })
+    }
+
+    fn raw(&self) -> *mut bindings::pci_p2pdma_bar {
+        self.0.get()
+    }
+
+    /// The PCI device whose BAR this is.
+    pub fn pci_dev(&self) -> &pci::Device {
+        // SAFETY: `pdev` holds a reference to the device (type invariant) for as long as `self`
+        // lives; `pci::Device` is a transparent wrapper of `struct pci_dev`.
+        unsafe { &*(*self.raw()).pdev.cast::<pci::Device>() }
+    }
+
+    /// The BAR's index.
+    pub fn index(&self) -> u32 {
+        // SAFETY: `bar` never changes (type invariant); it is a BAR index, 0 to 5.
+        unsafe { (*self.raw()).bar as u32 }
+    }
+
+    /// The BAR's P2PDMA provider, as an identity: never to be dereferenced here.
+    pub(crate) fn provider(&self) -> *const bindings::p2pdma_provider {
+        // SAFETY: `provider` never changes (type invariant).
+        unsafe { (*self.raw()).provider.cast_const() }
+    }
+}
+
+/// An [`OfferedBar`] kept alive by a reference to its auxiliary device.
+///
+/// # Invariants
+///
+/// `bar` is the offer behind `adev`, which lives as long as `adev`.
+pub struct Offer {
+    adev: ARef<auxiliary::Device>,
+    bar: NonNull<OfferedBar>,
+}
+
+// SAFETY: `OfferedBar` is `Send + Sync`, and a device reference may be dropped on any thread.
+unsafe impl Send for Offer {}
+// SAFETY: As above.
+unsafe impl Sync for Offer {}
+
+impl Offer {
+    /// The offer behind `adev`, or `EINVAL` when `adev` was not created by `pcim_p2pdma_offer()`.
+    pub fn new(adev: &auxiliary::Device) -> Result<Self> {
+        let bar = NonNull::from(OfferedBar::of(adev)?);
+        // INVARIANT: `bar` is `adev`'s offer, which lives as long as the reference taken here.
+        Ok(Self {
+            adev: adev.into(),
+            bar,
+        })
+    }
+
+    /// The auxiliary device of the offer.
+    pub fn device(&self) -> &auxiliary::Device {
+        &self.adev
+    }
+}
+
+impl core::ops::Deref for Offer {
+    type Target = OfferedBar;
+
+    fn deref(&self) -> &OfferedBar {
+        // SAFETY: `bar` lives as long as `adev`, which we hold (type invariant).
+        unsafe { self.bar.as_ref() }
+    }
+}
 
 /// Who a page handed out by [`P2pPages::activate`] is for; told when the page is free again.
 pub trait PageOwner: Send + Sync {
@@ -48,48 +158,15 @@ pub trait PageOwner: Send + Sync {
     fn page_free(&self, index: usize);
 }
 
-/// P2PDMA pages over `[offset, offset + size)` of a BAR.
+/// P2PDMA pages over `[offset, offset + size)` of an offered BAR.
 ///
-/// # Examples
-///
-/// Ranges are made of whole memory hotplug subsections:
-///
-/// ```
-/// use kernel::{
-///     pci::{
-///         self,
-///         p2pdma::{P2pPages, PageOwner},
-///     },
-///     sync::aref::ARef,
-/// };
-///
-/// struct Nobody;
-///
-/// impl PageOwner for Nobody {
-///     fn page_free(&self, _index: usize) {}
-/// }
-///
-/// let mut first: Option<ARef<pci::Device>> = None;
-/// pci::Device::for_each(|pdev| {
-///     first = Some(ARef::from(pdev));
-///     false
-/// });
-/// if let Some(pdev) = first {
-///     let align = P2pPages::<Nobody>::ALIGN;
-///     // SAFETY: No pages are created: each range is refused before that.
-///     unsafe {
-///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 4096, align).err(), Some(EINVAL));
-///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 0, 4096).err(), Some(EINVAL));
-///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 0, 0, 0).err(), Some(EINVAL));
-///         assert_eq!(P2pPages::<Nobody>::new(&pdev, 6, 0, align).err(), Some(EINVAL));
-///     }
-/// }
-/// # Ok::<(), Error>(())
-/// ```
+/// Its success paths are tested by the KUnit suite of `lib/test_p2p_dmabuf_kunit.rs`, over the
+/// test exporter's offer.
 ///
 /// # Invariants
 ///
-/// - `pgmap` was returned by `pci_p2pdma_memremap()` for `pdev`, covers `owners.len()` pages
+/// - `pgmap` was returned by `pci_p2pdma_memremap()` for `pdev`'s offered BAR, covers
+///   `owners.len()` pages
 ///   from `first_pfn`, has `owner` pointing to the first element of `owners`, and is unmapped
 ///   only in [`Drop`]. `owners` is never resized.
 /// - `owners[i]` is null while page `i` is free; otherwise it came from [`Arc::into_raw`] of
@@ -117,40 +194,41 @@ impl<T: PageOwner> P2pPages<T> {
     /// Alignment of the offset and size of a range: the memory hotplug subsection.
     pub const ALIGN: u64 = 1 << bindings::SUBSECTION_SHIFT;
 
-    /// Creates P2PDMA pages over `[offset, offset + size)` of BAR `bar` of `pdev`.
+    /// Creates P2PDMA pages over `[offset, offset + size)` of the offered BAR `bar`.
     ///
-    /// `offset` and `size` must be multiples of [`P2pPages::ALIGN`]. Fails with `ENODEV` when
-    /// `pdev`'s driver set up no P2PDMA providers, `EINVAL` for a range outside the BAR or not
-    /// aligned, `EEXIST` when part of the range already has struct pages (made by the BAR's
-    /// owner, or by another [`P2pPages`]).
+    /// `offset` and `size` must be multiples of [`P2pPages::ALIGN`]. Fails with `EINVAL` for a
+    /// range outside the BAR or not aligned, `EEXIST` when part of the range already has struct
+    /// pages (made by the BAR's owner, or by another [`P2pPages`]), `ENOMEM` when the struct
+    /// pages and the owners' array (`size_of::<struct page>() + 8` bytes per page, charged to the
+    /// calling task's memory cgroup) do not fit.
     ///
     /// # Safety
     ///
-    /// The pages refer to `pdev`'s P2PDMA provider, which belongs to `pdev`'s driver and is
-    /// released when that driver is unbound. The caller must drop the returned value before
-    /// `pdev`'s driver is unbound (for example from a bus notification of the unbind, which
-    /// comes before the driver's `remove()`, or before a revocation of a dma-buf over the range
-    /// completes, when the exporter revokes before it releases its providers).
-    pub unsafe fn new(pdev: &pci::Device, bar: u32, offset: u64, size: u64) -> Result<Self> {
+    /// The pages refer to the BAR's P2PDMA provider, which the owner of the PCI device releases
+    /// when it unbinds, right after it deleted the offer's auxiliary device. The caller must be
+    /// the driver bound to that auxiliary device, and must drop the returned value before its
+    /// `remove()` returns (and, for a dma-buf importer, before a revocation of a dma-buf over the
+    /// range completes).
+    pub unsafe fn new(bar: &OfferedBar, offset: u64, size: u64) -> Result<Self> {
         if offset % Self::ALIGN != 0 || size % Self::ALIGN != 0 || size == 0 {
             return Err(EINVAL);
         }
-        if !pdev.bar_is_mem(bar) {
-            return Err(EINVAL);
-        }
         let nr_pages = usize::try_from(size >> bindings::PAGE_SHIFT)?;
-        // One pointer per page: 2 MiB for a range of 1 GiB, which need not be contiguous memory.
-        let mut owners = KVVec::with_capacity(nr_pages, GFP_KERNEL)?;
+        // One pointer per page: 2 MiB for a range of 1 GiB, which need not be contiguous memory,
+        // charged like the struct pages to the caller's memory cgroup (`ENOMEM` over its limit).
+        let mut owners = KVVec::with_capacity(
+            nr_pages,
+            GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
+        )?;
         for _ in 0..nr_pages {
             owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
         }
-        // `pdev` is valid; `Self::OPS` is static; the owner pointer is the heap buffer of
+        // `bar` is a live offer; `Self::OPS` is static; the owner pointer is the heap buffer of
         // `owners`, which is never resized and is dropped only after the pagemap is removed.
         // SAFETY: See the comment above.
         let pgmap = from_err_ptr(unsafe {
             bindings::pci_p2pdma_memremap(
-                pdev.as_raw(),
-                bar.try_into()?,
+                bar.raw(),
                 offset,
                 size,
                 &Self::OPS,
@@ -166,7 +244,7 @@ impl<T: PageOwner> P2pPages<T> {
             pgmap: unsafe { NonNull::new_unchecked(pgmap) },
             first_pfn: (start >> bindings::PAGE_SHIFT) as usize,
             owners,
-            _pdev: ARef::from(pdev),
+            _pdev: ARef::from(bar.pci_dev()),
         })
     }
 

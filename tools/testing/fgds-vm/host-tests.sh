@@ -92,13 +92,13 @@ check "scan-log passes a report of an upstream doctest" \
 sed 's/time_hrtimer_rs_1/pci_p2pdma_rs_0/' "$tmp/up.log" >"$tmp/ours.log"
 check "scan-log fails on a report of an fgds doctest" \
 	sh -c "! '$FGDS_VM/scan-log.sh' '$tmp/ours.log' 2>/dev/null"
-printf '[    5.000000]     %s\n' 'ok 1 rust_doctest_kernel_pci_notifier_rs_0' \
+printf '[    5.000000]     %s\n' 'ok 1 rust_doctest_kernel_dma_buf_rs_0' \
 	'not ok 2 rust_doctest_kernel_sync_rs_0' >"$tmp/k.log"
 printf '[    6.000000] ok 1 rust_doctests_kernel\n' >>"$tmp/k.log"
 echo CONFIG_RUST_KERNEL_DOCTESTS=y >"$tmp/k.config"
 check "kunit-tap passes fgds's doctests and names a failed upstream one" \
 	sh -c "python3 '$FGDS_VM/kunit-tap.py' '$tmp/k.log' '$tmp/k.config' >'$tmp/k.tap' &&
-		grep -q '^ok 1 kunit: rust_doctest_kernel_pci_notifier_rs_0' '$tmp/k.tap' &&
+		grep -q '^ok 1 kunit: rust_doctest_kernel_dma_buf_rs_0' '$tmp/k.tap' &&
 		grep -q '^not ok 2 .*1 failed: rust_doctest_kernel_sync_rs_0' '$tmp/k.tap'"
 check "kunit-tap skips a kernel built without doctests" \
 	sh -c "python3 '$FGDS_VM/kunit-tap.py' '$tmp/k.log' '$tmp/none' | grep -q '# SKIP'"

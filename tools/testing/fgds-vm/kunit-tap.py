@@ -6,8 +6,7 @@ Usage: kunit-tap.py CONSOLE_LOG KERNEL_CONFIG
 
 Reads the rust_doctests_kernel suite's KTAP from the console log: one result
 per doctest of the abstractions fgds adds or extends (rust/kernel/dma_buf.rs,
-miscdevice.rs, pci.rs,
-pci/notifier.rs, pci/p2pdma.rs, module_param.rs' PciIdList), one for all the
+miscdevice.rs, pci.rs, pci/p2pdma.rs), one for all the
 other kernel-crate doctests together (each failure named). A kernel built
 without CONFIG_RUST_KERNEL_DOCTESTS gives one skipped result; one built with
 it whose log has no suite result fails.
@@ -15,8 +14,7 @@ it whose log has no suite result fails.
 import re
 import sys
 
-OURS = ("dma_buf_rs", "miscdevice_rs", "pci_rs", "pci_notifier_rs", "pci_p2pdma_rs",
-        "module_param_rs")
+OURS = ("dma_buf_rs", "miscdevice_rs", "pci_rs", "pci_p2pdma_rs")
 
 log, config = sys.argv[1], sys.argv[2]
 try:

@@ -12,7 +12,7 @@
 # DEBUG_OBJECTS); it is listed, and does not fail the run.
 set -u
 log=${1:?usage: scan-log.sh CONSOLE_LOG}
-ours='rust_doctest_kernel_(dma_buf|miscdevice|module_param|pci|pci_notifier|pci_p2pdma)_rs_'
+ours='rust_doctest_kernel_(dma_buf|miscdevice|pci|pci_p2pdma)_rs_'
 pat='(Oops|BUG:|WARNING:|KASAN:|UBSAN:|general protection fault|Kernel panic|'
 pat+='possible circular locking|possible recursive locking|inconsistent lock state|'
 pat+='suspicious RCU usage|blocked for more than|soft lockup|hard LOCKUP|rcu_.*detected stalls|'

@@ -69,9 +69,9 @@ mount ${FGDS_NVME}p3 /mnt/xfs || fgds_die "mount xfs failed"
 export FGDS_EXT4=/mnt/ext4 FGDS_XFS=/mnt/xfs
 
 echo 1af4 1110 >/sys/bus/pci/drivers/vfio-pci/new_id 2>/dev/null
-# fgds serves the stand-in (class "RAM memory", not a GPU class) through ids=.
+# vfio-pci offers the stand-ins' BARs (pcim_p2pdma_offer()); fgds serves the offers.
 if modinfo fgds >/dev/null 2>&1; then
-	modprobe fgds ids=1af4:1110 || fgds_die "modprobe fgds failed"
+	modprobe fgds || fgds_die "modprobe fgds failed"
 fi
 for bdf in $FGDS_GPU_BDF $FGDS_GPU2_BDF; do
 	[ -e /sys/bus/pci/drivers/vfio-pci/$bdf ] ||

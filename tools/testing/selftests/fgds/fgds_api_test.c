@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/udmabuf.h>
@@ -38,7 +41,7 @@ FIXTURE_SETUP(api)
 	self->fd = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
 	/* In the fgds VM the node must be there; elsewhere there is nothing to test. */
 	if (self->fd < 0 && !getenv("FGDS_GPU_BDF"))
-		SKIP(return, FGDS_NODE ": %s (is fgds loaded with ids=1af4:1110?)",
+		SKIP(return, FGDS_NODE ": %s (is fgds loaded, and the stand-in bound to vfio-pci?)",
 		     strerror(errno));
 	ASSERT_LE(0, self->fd) TH_LOG(FGDS_NODE ": %s", strerror(errno));
 	ret = fgds_vfio_open(&self->v, &why);
@@ -424,6 +427,185 @@ TEST_F(api, revoke_zaps_mappings_and_refuses_io)
 	EXPECT_EQ(ENODEV, errno);
 	ASSERT_EQ(0, fgds_vfio_set_memory(&self->v, 1));
 	fgds_buf_put(self->fd, &b);
+}
+
+/*
+ * The line of the kernel's dump of the current process's page tables that
+ * covers @addr, or -ENOENT; -errno when the dump cannot be read.
+ */
+static int ptdump_line_of(unsigned long addr, char *out, size_t len)
+{
+	unsigned long long start, end;
+	char line[256];
+	FILE *f;
+	int ret = -ENOENT;
+
+	if (access("/sys/kernel/debug/page_tables", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	/*
+	 * current_user exists with page table isolation; without it
+	 * current_kernel walks the whole of the current process's tables.
+	 */
+	f = fopen("/sys/kernel/debug/page_tables/current_user", "r");
+	if (!f)
+		f = fopen("/sys/kernel/debug/page_tables/current_kernel", "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "0x%llx-0x%llx", &start, &end) == 2 && addr >= start &&
+		    addr < end) {
+			snprintf(out, len, "%s", line);
+			ret = 0;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/*
+ * The user mapping of registered memory is uncached (PCD set in every PTE),
+ * as the kernel's own mapping of P2PDMA pages, after a fault and after the
+ * mapping moved with mremap(); an ordinary anonymous page is write-back (no
+ * PCD), so the dump is read right. Read from the kernel's page-table dump,
+ * outside the driver.
+ */
+TEST_F(api, mapping_is_uncached)
+{
+	unsigned char *p, *anon, *moved;
+	char line[256];
+	__u64 cookie = 0;
+	int ret;
+
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_2M, &cookie));
+	p = fgds_map(self->fd, cookie, SZ_2M);
+	ASSERT_NE(NULL, p);
+	fgds_store(p, 1);
+	fgds_store(p + SZ_2M - 1, 2);
+	anon = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, anon);
+	anon[0] = 1;
+
+	ret = ptdump_line_of((unsigned long)anon, line, sizeof(line));
+	ASSERT_EQ(0, ret) TH_LOG("page-table dump: %s (CONFIG_PTDUMP_DEBUGFS?)", strerror(-ret));
+	EXPECT_EQ(NULL, strstr(line, " PCD")) TH_LOG("anonymous memory: %s", line);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)p, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("first page: %s", line);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)p + SZ_2M - 1, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("last page: %s", line);
+
+	/* A place to move to: reserved, then replaced by the move. */
+	moved = mmap(NULL, SZ_2M, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, moved);
+	moved = mremap(p, SZ_2M, SZ_2M, MREMAP_MAYMOVE | MREMAP_FIXED, moved);
+	ASSERT_NE(MAP_FAILED, moved) TH_LOG("mremap: %s", strerror(errno));
+	EXPECT_EQ(1, fgds_load(moved));
+	fgds_store(moved + SZ_1M, 3);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)moved + SZ_1M, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("after mremap: %s", line);
+
+	munmap(moved, SZ_2M);
+	munmap(anon, 4096);
+	EXPECT_EQ(0, fgds_unreg(self->fd, cookie));
+}
+
+#define CG "/sys/fs/cgroup/fgds-api-memcg"
+
+static long long cg_read(const char *file)
+{
+	char path[128], val[64] = "";
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), CG "/%s", file);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fgets(val, sizeof(val), f))
+		v = strtoll(val, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static int cg_write(const char *file, const char *val)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), CG "/%s", file);
+	return fgds_sysfs_write(path, val);
+}
+
+/*
+ * REG_BUFFER charges what it makes for a registration - a struct page and
+ * two pointers per registered page (80 bytes per 4 KiB page: 20 MiB per GiB)
+ * - to the caller's memory cgroup: with too little left under memory.max it
+ * fails with ENOMEM and leaves nothing behind (no struct page, no
+ * registration, the charge back); when it fits, memory.current grows by
+ * that much and UNREG gives it back. Run in a child that joins the cgroup.
+ */
+TEST_F(api, reg_charges_the_memory_cgroup)
+{
+	const __u64 size = 256 * SZ_1M, cost = (size >> 12) * 80;
+	long long base, grown, after, memmap0;
+	int dmabuf, status;
+	char val[32];
+	pid_t pid;
+
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+		mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL);
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+		SKIP(return, "no cgroup v2 (CONFIG_MEMCG?)");
+	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"));
+	rmdir(CG);
+	ASSERT_EQ(0, mkdir(CG, 0755));
+	dmabuf = fgds_vfio_dmabuf(&self->v, 0, size);
+	ASSERT_LE(0, dmabuf);
+	memmap0 = fgds_memmap_pages();
+
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		__u64 cookie = 0;
+
+		snprintf(val, sizeof(val), "%d", getpid());
+		if (cg_write("cgroup.procs", val))
+			_exit(10);
+		/* Room for half of it. */
+		snprintf(val, sizeof(val), "%lld", cg_read("memory.current") + (long long)cost / 2);
+		if (cg_write("memory.max", val))
+			_exit(11);
+		if (fgds_reg(self->fd, dmabuf, 0, size, &cookie) != -ENOMEM)
+			_exit(12);
+		if (fgds_fdinfo_num(self->fd, "fgds-gpu-pages") != 0 ||
+		    fgds_fdinfo_num(self->fd, "fgds-buffers") != 0 ||
+		    fgds_memmap_pages() != memmap0)
+			_exit(13);
+		if (cg_write("memory.max", "max"))
+			_exit(14);
+		base = cg_read("memory.current");
+		if (fgds_reg(self->fd, dmabuf, 0, size, &cookie))
+			_exit(15);
+		grown = cg_read("memory.current");
+		if (fgds_unreg(self->fd, cookie))
+			_exit(16);
+		after = cg_read("memory.current");
+		printf("# memory.current: %lld, %lld after REG of %llu MiB (documented: +%llu), %lld after UNREG\n",
+		       base, grown, (unsigned long long)(size >> 20),
+		       (unsigned long long)cost, after);
+		fflush(stdout);
+		/* The charge, give or take the test's own allocations. */
+		if (grown - base < (long long)cost || grown - base > (long long)cost + SZ_1M)
+			_exit(17);
+		if (after - base > SZ_1M / 4)
+			_exit(18);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status))
+		TH_LOG("10-11: cgroup setup, 12: REG over memory.max was not ENOMEM, 13: it left something, 14-16: REG/UNREG failed, 17: the charge was not the documented cost, 18: UNREG did not give it back");
+	EXPECT_EQ(memmap0, fgds_memmap_pages());
+	close(dmabuf);
+	rmdir(CG);
 }
 
 TEST_HARNESS_MAIN

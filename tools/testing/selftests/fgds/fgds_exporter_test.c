@@ -18,6 +18,10 @@
  *   reads in flight.
  * - A fence the exporter signals after map (a VRAM clear): REG_BUFFER waits
  *   for it, and the clear does not land over data read afterwards.
+ * - A dma-buf kept across an unbind and a bind of an exporter that does not
+ *   revoke at remove() (amdgpu, xe) is refused with ENODEV; REBIND_ROUNDS
+ *   unbinds and binds of such an exporter with REG_BUFFER running and reads
+ *   in flight end every registration before the BAR's provider goes.
  * - The KUnit suite of the Rust dma-buf import and P2PDMA page abstractions
  *   (lib/test_p2p_dmabuf_kunit.rs), which needs the bound exporter: every
  *   case passed, the kernel's struct-page count back where it was.
@@ -735,6 +739,173 @@ TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
 	ksft_print_msg("unbind with %d of %d reads in flight (%d whole, %d EFAULT)\n",
 		       u.in_flight, NR_IOS, whole, efault);
 	close(slow);
+}
+
+/* The test exporter's revoke_at_remove: 1 as vfio-pci, 0 as amdgpu and xe. */
+static int set_revoke_at_remove(int on)
+{
+	return sysfs_printf(on ? "1" : "0", "/sys/module/%s/parameters/revoke_at_remove",
+			    TPD_NAME);
+}
+
+static int rebind_exporter(void)
+{
+	int ret = fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/unbind", bdf2());
+
+	return ret ? ret : fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/bind", bdf2());
+}
+
+/*
+ * amdgpu and xe do not revoke their dma-bufs at remove(), so a dma-buf kept
+ * open across an unbind and a bind describes VRAM of the old binding, which
+ * the new one may give to someone else: REG_BUFFER of it on the new node
+ * fails with ENODEV (the exporter refuses it), and nothing is made.
+ */
+TEST_F(late, stale_dma_buf_across_rebind)
+{
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	long long memmap0;
+	__u64 cookie;
+	struct ex_env e;
+	const char *why;
+	int dmabuf, ret;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_EQ(0, set_revoke_at_remove(0));
+	memmap0 = fgds_memmap_pages();
+	ret = ex_open(&e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	dmabuf = tpd_export(e.tpd, 40 * SZ_1M, BUF_LEN, flags, 0, 0);
+	ASSERT_LE(0, dmabuf);
+	ASSERT_EQ(0, fgds_reg(e.node, dmabuf, 0, BUF_LEN, &cookie));
+	ex_close(&e);
+	/* Unbound with the registration live: the node's unbind ends it. */
+	ASSERT_EQ(0, rebind_exporter());
+	ret = ex_open(&e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s after the rebind: %s", why, strerror(-ret));
+	EXPECT_EQ(-ENODEV, fgds_reg(e.node, dmabuf, 0, BUF_LEN, &cookie));
+	EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
+	EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-buffers"));
+	close(dmabuf);
+	ex_close(&e);
+	EXPECT_EQ(memmap0, fgds_memmap_pages());
+	ASSERT_EQ(0, set_revoke_at_remove(1));
+}
+
+#define REBIND_ROUNDS 100
+
+struct reg_loop {
+	int node;
+	int dmabuf;
+	int stop;
+	int ok, enodev, other, last_err;
+};
+
+/* REG_BUFFER and UNREG_BUFFER in a loop until told to stop. */
+static void *reg_loop(void *arg)
+{
+	struct reg_loop *r = arg;
+	__u64 cookie = 0;
+	int ret;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		ret = fgds_reg(r->node, r->dmabuf, 0, BUF_LEN, &cookie);
+		if (!ret) {
+			r->ok++;
+			ret = fgds_unreg(r->node, cookie);
+			if (ret) {
+				r->other++;
+				r->last_err = ret;
+			}
+		} else if (ret == -ENODEV) {
+			r->enodev++;
+		} else {
+			r->other++;
+			r->last_err = ret;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The owner is unbound and bound again, REBIND_ROUNDS times, as amdgpu and xe
+ * are (no revocation at remove(): the offer's auxiliary device, deleted
+ * before the BAR's provider, is what ends the registrations), with reads
+ * from the throttled NVMe in flight into a mapped registration and
+ * REG_BUFFER running on the node: each unbind returns after the reads that
+ * were in flight ended (the host's refill right after it is intact once
+ * every read completed), every REG_BUFFER either registers or fails with
+ * ENODEV, no struct page is left, and the node comes back with the binding.
+ */
+TEST_F_TIMEOUT(late, rebind_with_reg_and_io_in_flight, 1800)
+{
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	int slow, whole, efault, ret, round, again = 0, min_p = NR_IOS, max_p = 0;
+	struct reg_loop r = { 0 };
+	struct fgds_buffer_info info;
+	struct unbind_arg u = { 0 };
+	struct io_uring ring;
+	pthread_t thr, reg;
+	struct fgds_buf b;
+	long long memmap0;
+	struct ex_env e;
+	const char *why;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_EQ(0, set_revoke_at_remove(0));
+	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, slow);
+	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5107));
+	memmap0 = fgds_memmap_pages();
+	for (round = 0; round < REBIND_ROUNDS; round++) {
+		ret = ex_open(&e, &why);
+		ASSERT_EQ(0, ret) TH_LOG("round %d: %s: %s", round, why, strerror(-ret));
+		ASSERT_EQ(0, ex_buf(&e, flags, 32 * SZ_1M, &b));
+		r.node = e.node;
+		r.dmabuf = tpd_export(e.tpd, 40 * SZ_1M, BUF_LEN, flags, 0, 0);
+		ASSERT_LE(0, r.dmabuf);
+		r.stop = 0;
+		ASSERT_EQ(0, pthread_create(&reg, NULL, reg_loop, &r));
+		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+		ASSERT_EQ(NR_IOS, submit_slow_reads(&ring, slow, b.p));
+		u.ring = &ring;
+		ASSERT_EQ(0, pthread_create(&thr, NULL, unbind_exporter, &u));
+		pthread_join(thr, NULL);
+		ASSERT_EQ(0, u.ret) TH_LOG("round %d: unbind: %s", round, strerror(-u.ret));
+		__atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(reg, NULL);
+		ASSERT_EQ(0, host2("fill", 0xbead0 + round, 32 * SZ_1M, BUF_LEN, 0));
+		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+		EXPECT_EQ(0, host2("check", 0xbead0 + round, 32 * SZ_1M, BUF_LEN, 0))
+			TH_LOG("round %d: DMA after the unbind returned", round);
+		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
+		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+		EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
+		io_uring_queue_exit(&ring);
+		fgds_buf_put(e.node, &b);
+		close(r.dmabuf);
+		ex_close(&e);
+		ASSERT_EQ(0, fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/bind", bdf2()));
+		if (!u.in_flight) {
+			/* Nothing was in flight: this round does not count. */
+			ASSERT_GT(50, ++again) TH_LOG("too many rounds with nothing in flight");
+			round--;
+			continue;
+		}
+		min_p = u.in_flight < min_p ? u.in_flight : min_p;
+		max_p = u.in_flight > max_p ? u.in_flight : max_p;
+	}
+	EXPECT_EQ(0, r.other) TH_LOG("a REG_BUFFER or UNREG_BUFFER failed with %s",
+				     strerror(-r.last_err));
+	EXPECT_EQ(memmap0, fgds_memmap_pages());
+	ksft_print_msg("rebind: %d rounds with %d to %d of %d reads in flight (%d reruns); REG during the unbinds: %d registered, %d ENODEV\n",
+		       REBIND_ROUNDS, min_p, max_p, NR_IOS, again, r.ok, r.enodev);
+	close(slow);
+	ASSERT_EQ(0, set_revoke_at_remove(1));
 }
 
 /* The second stand-in goes back to vfio-pci, for every later test. */

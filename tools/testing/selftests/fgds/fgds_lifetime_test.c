@@ -326,8 +326,8 @@ FIXTURE_TEARDOWN(lt)
  * The exporter goes away under a mapped registration with O_DIRECT reads in
  * flight: vfio-pci asks for the device back, the owner closes it, vfio-pci
  * revokes, fgds zaps and drains, the unbind completes; the reads that were in
- * flight landed whole, nothing else was written, the node keeps working after
- * the stand-in is bound again.
+ * flight landed whole, nothing else was written, the node goes with
+ * vfio-pci's offer and comes back when the stand-in is bound again.
  */
 TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 {
@@ -361,7 +361,12 @@ TEST_F_TIMEOUT(lt, unbind_exporter_with_io_in_flight, 600)
 
 	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/vfio-pci/%s", bdf);
 	ASSERT_NE(0, access(path, F_OK)) TH_LOG("still bound to vfio-pci");
+	/* The node went with vfio-pci's offer; binding again offers the BAR anew. */
+	EXPECT_NE(0, access(FGDS_NODE, F_OK)) TH_LOG(FGDS_NODE " outlived the unbind");
 	ASSERT_EQ(0, fgds_sysfs_write("/sys/bus/pci/drivers/vfio-pci/bind", bdf));
+	close(self->node);
+	self->node = open(FGDS_NODE, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, self->node) TH_LOG(FGDS_NODE " after rebind: %s", strerror(errno));
 	ret = fgds_vfio_open(&self->v, &why);
 	ASSERT_EQ(0, ret) TH_LOG("vfio after rebind: %s: %s", why, strerror(-ret));
 	ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));

@@ -99,13 +99,13 @@ static inline int fgds_node_of(const char *bdf, char *path, size_t len)
 	int i;
 
 	for (i = 0; i < 16; i++) {
-		ssize_t n;
-
-		snprintf(link, sizeof(link), "/sys/class/misc/fgds%d/device", i);
-		n = readlink(link, target, sizeof(target) - 1);
-		if (n < 0)
+		/*
+		 * A node's device is the auxiliary device of its BAR's offer
+		 * (pci_p2pdma.bar.<id>), a child of the PCI device.
+		 */
+		snprintf(link, sizeof(link), "/sys/class/misc/fgds%d/device/..", i);
+		if (!realpath(link, target))
 			continue;
-		target[n] = 0;
 		if (!strcmp(basename(target), bdf)) {
 			snprintf(path, len, "/dev/fgds%d", i);
 			return 0;
