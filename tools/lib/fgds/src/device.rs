@@ -89,8 +89,18 @@ pub fn list_devices_in(sysfs_misc: &Path) -> Result<Vec<DeviceInfo>> {
         if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
+        // The node's device is the auxiliary device of the BAR's offer
+        // (`pci_p2pdma.bar.<id>`), a child of the GPU's PCI device.
         let devlink = ent.path().join("device");
-        let pci_sysfs = std::fs::canonicalize(&devlink).ok();
+        let pci_sysfs = std::fs::canonicalize(&devlink).ok().map(|p| {
+            let offer = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("pci_p2pdma.bar."));
+            match (offer, p.parent()) {
+                (true, Some(pci)) => pci.to_path_buf(),
+                _ => p,
+            }
+        });
         let pci_address = pci_sysfs
             .as_ref()
             .and_then(|p| p.file_name())

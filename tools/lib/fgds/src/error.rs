@@ -221,8 +221,8 @@ errnos! {
         "open the file for this direction (Python mode 'r+'/'w+', C O_RDWR) and use a handle or dma-buf fd that is still open";
     EAGAIN: "batch full: the submission exceeds the batch's capacity",
         "reap completed requests (wait/poll) before submitting more, or make the batch larger";
-    ENOMEM: "out of memory",
-        "free memory or move less at once (smaller chunk_size or queue_depth)";
+    ENOMEM: "out of memory (for a registration: its struct pages and arrays, 80 bytes per 4 KiB page, do not fit in memory or in the caller's memory cgroup)",
+        "free memory, register or move less at once (smaller chunk_size or queue_depth), or raise the cgroup's memory.max";
     EACCES: "permission denied (also: mprotect adding PROT_EXEC to a registration)",
         "check the permissions of the file or the /dev/fgdsN node";
     EFAULT: "address not inside a registered buffer or a mapped registration (unregistered, revoked, or past the end of the mapping)",
@@ -233,8 +233,8 @@ errnos! {
         "deregister the overlapping buffer first; a BAR whose owner made its pages cannot be registered with fgds (fgds check), so let I/O fall back to bounce buffers";
     EXDEV: "the dma-buf's memory is in another device's BAR, or its exporter cannot map it for this GPU",
         "register the buffer on the /dev/fgdsN node of the GPU that owns its memory (fgds list)";
-    ENODEV: "no fgds device: module not loaded, no GPU bound, GPU removed, or the buffer was revoked by its exporter",
-        "load the fgds module and bind the GPU (fgds check says what is missing), or use host memory; without it I/O falls back to bounce buffers unless strict mode is on";
+    ENODEV: "no fgds device: module not loaded, the GPU's driver does not offer its BAR, the driver was unbound or the GPU removed (the node went), or the buffer was revoked by its exporter or belongs to an earlier binding of the GPU's driver",
+        "load the fgds module and bind the GPU's driver (fgds check says what is missing), open the node again after a rebind and export the buffer again, or use host memory; without it I/O falls back to bounce buffers unless strict mode is on";
     EINVAL: "invalid argument: zero or too large a size, offsets or sizes not page aligned where they must be (strict mode: not O_DIRECT aligned), non-zero reserved fields or flags, not a dma-buf; for O_DIRECT I/O into a mapping also: the storage device has no P2P path to the GPU (no shared switch, host bridge not on the allow list)",
         "check the arguments (sizes > 0, chunk_size a multiple of 4096; strict mode needs aligned offsets, sizes and addresses); if they are right, run fgds check FILE for the path between the file's device and the GPU";
     ENOSPC: "no space left on the device",

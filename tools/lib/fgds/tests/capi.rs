@@ -234,7 +234,10 @@ fn rust_api_device_absent_errors() {
     )
     .unwrap();
     std::fs::write(pci.join("vendor"), "0x10de\n").unwrap();
-    std::os::unix::fs::symlink(&pci, misc.join("fgds3/device")).unwrap();
+    // the node's device is the offer's auxiliary device, a child of the GPU
+    let offer = pci.join("pci_p2pdma.bar.7");
+    std::fs::create_dir_all(&offer).unwrap();
+    std::os::unix::fs::symlink(&offer, misc.join("fgds3/device")).unwrap();
     let devs = fgds::device::list_devices_in(&misc).unwrap();
     assert_eq!(
         devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
