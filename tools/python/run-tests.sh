@@ -45,8 +45,9 @@ fi
 # and ~40 other packages; the modules fgds.lmcache and its tests import
 # (lmcache.v1.storage_backend, lmcache.v1.distributed.l2_adapters,
 # lmcache.v1.config, ...; aiofiles for LMCache's own fs L2 adapter, which
-# benchmarks/lmcache_kv_bench.py compares with) need only torch (above) and
-# the packages below,
+# benchmarks/lmcache_kv_bench.py compares with; opentelemetry-api for its MP
+# storage manager, which LMCache's own tests below build) need only torch
+# (above) and the packages below,
 # installed without their own dependencies (17 s). FGDS_SKIP_LMCACHE=1, or
 # FGDS_PY_TORCH=0, leaves it out (the lmcache tests are then skipped).
 if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ]; then
@@ -60,8 +61,43 @@ if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ]; then
 		pycparser==3.12 aiofile==3.12.3 caio==0.12.10 msgspec==0.23.0 aiofiles==25.1.0 \
 		pyzmq==27.3.0 transformers==5.24.0 packaging==26.4 \
 		regex==2026.11.19 huggingface_hub==2.4.0 tqdm==4.70.1 httpx2==2.16.2 \
-		httpcore2==2.16.2 truststore==0.10.5 h11==0.16.0
+		httpcore2==2.16.2 truststore==0.10.5 h11==0.16.0 \
+		opentelemetry-api==1.40.0 importlib-metadata==8.7.1 zipp==4.1.2
 fi
+# LMCache's own tests (tests/test_lmcache_upstream.py runs its test files of
+# L2 adapters, controllers and the MP storage manager against fgds): they are
+# in lmcache 0.5.6's sdist on PyPI, not in its wheel. The sdist (9.4 MB) is
+# fetched once from the address pip resolves for it (pip download itself
+# cannot: it would build the package's metadata, which needs its CUDA build
+# requirements), its sha256 checked, and only its tests/ kept, in
+# build/lmcache-0.5.6-tests (never in this repository).
+lmc_tests="$root/build/lmcache-0.5.6-tests"
+if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ] &&
+	[ ! -f "$lmc_tests/.complete" ]; then
+	rm -rf "$lmc_tests"
+	"$venv/bin/python" - "$lmc_tests" <<-'EOF'
+		import hashlib, io, os, ssl, sys, tarfile, urllib.request
+		url = ("https://files.pythonhosted.org/packages/84/25/"
+		       "3ccd46844c94e08897aa8d72716a538c07e4583410d84dbc6cd12cb60dc1/lmcache-0.5.6.tar.gz")
+		sha = "d6951e60ce8818a76aa42d0866a4ba85f1c95cd919355fff30ff24dcc3243f1e"
+		ctx = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+		with urllib.request.urlopen(url, timeout=180, context=ctx) as r:
+		    data = r.read()
+		if hashlib.sha256(data).hexdigest() != sha:
+		    sys.exit(f"run-tests.sh: {url}: sha256 is not {sha}")
+		dest = sys.argv[1]
+		with tarfile.open(fileobj=io.BytesIO(data)) as t:
+		    members = []
+		    for m in t.getmembers():
+		        if m.name.startswith("lmcache-0.5.6/tests/") and ".." not in m.name.split("/"):
+		            m.name = m.name.split("/", 1)[1]
+		            members.append(m)
+		    kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+		    t.extractall(dest, members=members, **kw)
+		open(os.path.join(dest, ".complete"), "w").close()
+	EOF
+fi
+export FGDS_LMCACHE_TESTS="$lmc_tests/tests"
 # --- end of that block ---
 
 rm -rf "$root/build/python-wheels"

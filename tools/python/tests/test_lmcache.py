@@ -329,28 +329,62 @@ def test_l2_store_lookup_load_evict_restart(tmpdir_ext4):
         ad.close()
 
 
+def test_l2_hit_needs_bytes_shapes_dtypes_not_format(tmpdir_ext4):
+    """LMCache's MP mode describes a chunk by shapes and dtypes (its
+    MemoryLayoutDesc) and allocates L1 objects by them in its allocator's
+    format: a chunk stored from an object of another format is a hit, one
+    asked into other shapes, dtypes or sizes is a miss."""
+    from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
+
+    def obj(shape, dtype, fmt, seed=None):
+        t = torch.zeros(shape, dtype=dtype).flatten()  # raw_data is flat, as LMCache's
+        md = MemoryObjMetadata(shape=torch.Size(shape), dtype=dtype, address=0,
+                               phy_size=t.nbytes, ref_count=1, fmt=fmt)
+        o = TensorMemoryObj(t, md, parent_allocator=None)
+        return o, (fill(o, seed) if seed is not None else None)
+
+    ad = l2_adapter(mp_params(tmpdir_ext4))
+    try:
+        src, want = obj((2, CHUNK // 4), torch.bfloat16, MemoryFormat.UNDEFINED, seed=7)
+        assert store(ad, [okey(1)], [src]).is_successful()
+        same = obj((2, CHUNK // 4), torch.bfloat16, MemoryFormat.KV_2LTD)[0]
+        assert load(ad, [okey(1)], [same]) == [True] and data(same) == want
+        for shape, dtype in [((4, CHUNK // 8), torch.bfloat16), ((2, CHUNK // 4), torch.float16),
+                             ((2, CHUNK // 8), torch.float32), ((2, CHUNK // 8), torch.bfloat16)]:
+            assert load(ad, [okey(1)], [obj(shape, dtype, MemoryFormat.KV_2LTD)[0]]) == [False], (shape, dtype)
+    finally:
+        ad.close()
+
+
 class Listener:
     def __init__(self):
-        self.stored, self.deleted = [], []
+        self.stored, self.deleted, self.sizes, self.accessed = [], [], [], []
 
     def on_l2_keys_stored(self, keys, sizes):
         self.stored += keys
+        self.sizes += sizes
 
     def on_l2_keys_accessed(self, keys):
-        pass
+        self.accessed += keys
 
     def on_l2_keys_deleted(self, keys):
         self.deleted += keys
 
 
 def bytes_on_disk(ad):
-    """Slot bytes of the live entries, each checked against the slab."""
+    """Bytes of the live entries' objects, each checked against the slab
+    (LMCache's usage counts the objects' bytes; the slots they hold are
+    ``stats()["slot_bytes"]``)."""
     slab = ad.slab
+    n = 0
     with open(slab.path, "rb") as f:
         for k, e in slab.entries.items():
             f.seek(e.slot * slab.slot_size)
             assert len(f.read(e.n)) == e.n
-    return len(slab.entries) * slab.slot_size
+            n += e.n
+    assert ad.stats()["slot_bytes"] == len(slab.entries) * slab.slot_size
+    assert ad.stats()["used_bytes"] == n
+    return n
 
 
 def test_l2_usage_equals_bytes_on_disk(tmpdir_ext4):
@@ -365,16 +399,23 @@ def test_l2_usage_equals_bytes_on_disk(tmpdir_ext4):
     # an overwrite with other bytes (a partial chunk), and a re-store of the same
     assert store(ad, [keys[5]], [l1_obj(alloc, CHUNK // 2, seed=50)[0]]).is_successful()
     assert store(ad, [keys[4]], [l1_obj(alloc, CHUNK, seed=4)[0]]).bytes_transferred() == 0
-    # the overwrite went to a new slot (evicting LRU keys[2]) and freed the old one
+    # the overwrite went to a new slot (evicting LRU keys[2]) and freed the old
+    # one; usage counts the objects' bytes (LMCache's contract), not the slots
     u = ad.get_usage()
-    assert u.total_bytes_used == bytes_on_disk(ad) == 3 * CHUNK and u.usage_fraction == 0.75
-    assert dict(u.bytes_by_cache_salt) == {"": CHUNK, "u1": 2 * CHUNK}
+    assert u.total_bytes_used == bytes_on_disk(ad) == 2 * CHUNK + CHUNK // 2
+    assert u.usage_fraction == (2 * CHUNK + CHUNK // 2) / (4 * CHUNK)
+    assert ad.stats()["slot_bytes"] == 3 * CHUNK
+    assert dict(u.bytes_by_cache_salt) == {"": CHUNK, "u1": CHUNK + CHUNK // 2}
     assert lis.deleted == [keys[0], keys[1], keys[2], keys[5]]
     assert lis.stored == keys[:6] + [keys[5]]
     ad.delete([keys[3]])
-    assert ad.get_usage().total_bytes_used == bytes_on_disk(ad) == 2 * CHUNK
+    assert ad.get_usage().total_bytes_used == bytes_on_disk(ad) == CHUNK + CHUNK // 2
     out = l1_obj(alloc, CHUNK // 2)[0]
-    assert load(ad, [keys[5]], [out]) == [True] and data(out) == fill(l1_obj(alloc, CHUNK // 2)[0], 50)
+    assert lookup(ad, [keys[5], keys[3]]) == [True, False] and lis.accessed == []
+    assert load(ad, [keys[5], keys[3]], [out, l1_obj(alloc, CHUNK)[0]]) == [True, False]
+    assert data(out) == fill(l1_obj(alloc, CHUNK // 2)[0], 50)
+    assert lis.accessed == [keys[5]]  # told of the load (LMCache's LRU), hits only
+    ad.submit_unlock([keys[5]])
     ad.close()
 
     ad = l2_adapter(params)
@@ -382,9 +423,11 @@ def test_l2_usage_equals_bytes_on_disk(tmpdir_ext4):
         lis = Listener()
         ad.register_listener(lis)  # told about what is on disk
         u = ad.get_usage()
-        assert u.total_bytes_used == bytes_on_disk(ad) == 2 * CHUNK
+        assert u.total_bytes_used == bytes_on_disk(ad) == CHUNK + CHUNK // 2
+        assert dict(u.bytes_by_cache_salt) == {"": CHUNK, "u1": CHUNK // 2}
         assert set(lis.stored) == {keys[4], keys[5]}
-        assert ad.report_status()["current_size_bytes"] == 2 * CHUNK
+        assert sorted(lis.sizes) == [CHUNK // 2, CHUNK]
+        assert ad.report_status()["current_size_bytes"] == CHUNK + CHUNK // 2
     finally:
         ad.close()
 

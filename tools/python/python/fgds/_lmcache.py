@@ -102,6 +102,23 @@ def _layout(obj):
     }
 
 
+def _same_mp_layout(obj, entry):
+    """Whether a load of ``entry`` into ``obj`` is a hit in MP mode: the
+    same number of bytes, and (where the entry recorded them) the same
+    shapes and dtypes. The memory format is not compared: LMCache's MP mode
+    describes a chunk by a ``MemoryLayoutDesc`` (shapes and dtypes, no
+    format), its L1 allocates every object by that alone (in its
+    allocator's default format), and the key names the content, so a chunk
+    stored from an object of one format is the same bytes asked back into
+    one of another (LMCache's own adapters copy the bytes too)."""
+    if obj.get_size() != entry.n:
+        return False
+    if entry.layout is None:
+        return True
+    mine = _layout(obj)
+    return mine["shapes"] == entry.layout["shapes"] and mine["dtypes"] == entry.layout["dtypes"]
+
+
 def _torch_layout(layout):
     shapes = [torch.Size(s) for s in layout["shapes"]]
     dtypes = []
@@ -205,6 +222,7 @@ class _Slab:
                 else:
                     logger.warning("fgds.lmcache: %s: entry %s is past the slab's end: dropped", self.path, k)
             self.free = sorted(set(range(self.nslots)) - {e.slot for e in self.entries.values()}, reverse=True)
+            self.nbytes = sum(e.n for e in self.entries.values())  # the live objects' bytes
             self._compact()  # header with this capacity, the live entries only
         except BaseException:
             self.file.close()
@@ -311,9 +329,10 @@ class _Slab:
 
     def reserve(self, items):
         """``items``: ``[(key, nbytes, layout)]``. Returns ``(plan,
-        evicted)``: plan entries ``slot`` or ``None`` (no room, too big, or
-        already stored with this size and layout: see ``skipped``), evicted
-        ``[(key, slot_bytes)]`` (already released in the journal)."""
+        evicted, skipped)``: plan entries ``slot`` or ``None`` (no room, too
+        big, or already stored with this size and layout: the indices in
+        ``skipped``), evicted ``[(key, nbytes)]`` (already released in the
+        journal)."""
         plan, evicted, dels, skipped = [], [], [], set()
         with self.lock:
             for i, (k, n, layout) in enumerate(items):
@@ -332,7 +351,8 @@ class _Slab:
                             continue
                         del self.entries[vk]
                         dels.append({"t": "del", "k": vk})
-                        evicted.append((vk, self.slot_size))
+                        evicted.append((vk, ve.n))
+                        self.nbytes -= ve.n
                         slot = ve.slot
                         break
                 if slot is not None:
@@ -343,7 +363,7 @@ class _Slab:
 
     def commit(self, done, failed):
         """Publishes ``[(key, slot, nbytes, layout)]`` whose bytes are all
-        written; frees ``failed`` slots. Returns ``[(key, slot_bytes)]`` of
+        written; frees ``failed`` slots. Returns ``[(key, nbytes)]`` of
         entries the new ones replaced."""
         replaced = []
         with self.lock:
@@ -355,8 +375,10 @@ class _Slab:
                 old = self.entries.pop(k, None)
                 self.entries[k] = _Entry(slot, n, layout)
                 recs.append({"t": "put", "k": k, "s": slot, "n": n, "l": layout})
+                self.nbytes += n
                 if old is not None:
-                    replaced.append((k, self.slot_size))
+                    replaced.append((k, old.n))
+                    self.nbytes -= old.n
                     self._release(old.slot)
             self._append(recs)
             for slot in failed:
@@ -366,7 +388,7 @@ class _Slab:
 
     def remove(self, keys, force=True):
         """Removes ``keys`` (pinned ones only with ``force``); returns
-        ``[(key, slot_bytes)]`` removed."""
+        ``[(key, nbytes)]`` removed."""
         gone, recs = [], []
         with self.lock:
             for k in keys:
@@ -375,7 +397,8 @@ class _Slab:
                 e = self.entries.pop(k)
                 self.pins.pop(k, None)
                 recs.append({"t": "del", "k": k})
-                gone.append((k, self.slot_size))
+                gone.append((k, e.n))
+                self.nbytes -= e.n
                 self._release(e.slot)
             self._append(recs)
         return gone
@@ -429,8 +452,9 @@ class _Slab:
                     self.free.append(e.slot)
 
     def used_bytes(self):
+        """The stored objects' bytes (what LMCache's usage counts)."""
         with self.lock:
-            return len(self.entries) * self.slot_size
+            return self.nbytes
 
     # -- data
     def io(self, items, write):
@@ -472,7 +496,8 @@ class _Slab:
         with self.lock:
             st.update(self.ios)
             st.update(entries=len(self.entries), slot_size=self.slot_size,
-                      capacity_bytes=self.capacity, used_bytes=len(self.entries) * self.slot_size)
+                      capacity_bytes=self.capacity, used_bytes=self.nbytes,
+                      slot_bytes=len(self.entries) * self.slot_size)
         return st
 
     def close(self):
@@ -636,14 +661,13 @@ class FgdsL2Adapter(L2AdapterInterface):
             return self.slab
 
     def _seed_usage(self):
-        keys = [str_to_object_key(k) for k in self.slab.entries]
-        if not keys:
-            return
+        with self.slab.lock:
+            items = [(str_to_object_key(k), e.n) for k, e in self.slab.entries.items()]
         with self._usage_lock:
-            for key in keys:
-                self._total_bytes_used += self.slab.slot_size
+            for key, n in items:
+                self._total_bytes_used += n
                 self._bytes_by_cache_salt[key.cache_salt] = (
-                    self._bytes_by_cache_salt.get(key.cache_salt, 0) + self.slab.slot_size)
+                    self._bytes_by_cache_salt.get(key.cache_salt, 0) + n)
 
     def register_listener(self, listener):
         """Registers ``listener`` and tells it about the entries already on
@@ -651,9 +675,9 @@ class FgdsL2Adapter(L2AdapterInterface):
         super().register_listener(listener)
         if self.slab is not None:
             with self.slab.lock:
-                keys = [str_to_object_key(k) for k in self.slab.entries]
-            if keys:
-                listener.on_l2_keys_stored(keys, [self.slab.slot_size] * len(keys))
+                items = [(str_to_object_key(k), e.n) for k, e in self.slab.entries.items()]
+            if items:
+                listener.on_l2_keys_stored([k for k, _ in items], [n for _, n in items])
 
     # -- event fds
     def get_store_event_fd(self):
@@ -721,9 +745,9 @@ class FgdsL2Adapter(L2AdapterInterface):
                 failed.append(s)
         replaced = slab.commit(done, failed)
         self._deleted(replaced)
-        stored = [keys[i] for i, s in enumerate(plan) if s is not None and res.get(i)]
+        stored = [i for i, s in enumerate(plan) if s is not None and res.get(i)]
         if stored:
-            self._notify_keys_stored(stored, [slab.slot_size] * len(stored))
+            self._notify_keys_stored([keys[i] for i in stored], [sizes[i] for i in stored])
         ok = all(i in skipped or (plan[i] is not None and res.get(i)) for i in range(len(keys)))
         return ok, sum(d[2] for d in done)
 
@@ -738,20 +762,16 @@ class FgdsL2Adapter(L2AdapterInterface):
 
     def _do_lookup(self, tid, keys):
         bm = Bitmap(len(keys))
-        hit = []
         try:
             if self.slab is not None:
                 for i, k in enumerate(keys):
                     if self.slab.pin(object_key_to_str(k)):
                         bm.set(i)
-                        hit.append(k)
         except Exception:
             logger.exception("fgds L2 lookup task %d failed", tid)
         with self._mu:
             self._lookup_done[tid] = bm
         self._lookup_ev.notify()
-        if hit:
-            self._notify_keys_accessed(hit)
 
     def query_lookup_and_lock_result(self, task_id):
         with self._mu:
@@ -775,6 +795,9 @@ class FgdsL2Adapter(L2AdapterInterface):
                 self._load(keys, objects, bm)
         except Exception:
             logger.exception("fgds L2 load task %d failed", tid)
+        loaded = [keys[i] for i in bm.get_indices_list()]
+        if loaded:  # as LMCache's adapters do: before the task completes
+            self._notify_keys_accessed(loaded)
         with self._mu:
             self._load_done[tid] = bm
         self._load_ev.notify()
@@ -786,7 +809,7 @@ class FgdsL2Adapter(L2AdapterInterface):
             for i, (e, o) in enumerate(zip(entries, objects)):
                 if e is None:
                     continue
-                if o.get_size() != e.n or (e.layout is not None and _layout(o) != e.layout):
+                if not _same_mp_layout(o, e):
                     logger.warning("fgds L2: %s stored as %d bytes %s, asked into %d bytes %s: miss",
                                    keys[i], e.n, e.layout, o.get_size(), _layout(o))
                     continue
