@@ -32,16 +32,16 @@ def main(path, mode, target):
     real_io = fl._Slab.io
     current = [None]
 
-    def io(self, items, write):
+    def io(self, items, write, arena=None):
         if not write or current[0] != target or mode == "none":
-            return real_io(self, items, write)
+            return real_io(self, items, write, arena)
         (obj, slot, n, _tag), = items
         if mode == "half":
             fd = os.open(self.path, os.O_WRONLY)
             os.pwrite(fd, bytes(obj.byte_array)[: n // 2], slot * self.slot_size)
             os.close(fd)
         elif mode == "written":
-            real_io(self, items, write)
+            real_io(self, items, write, arena)
         print(f"at {mode} {target}", flush=True)
         time.sleep(60)
 

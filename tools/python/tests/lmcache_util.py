@@ -74,20 +74,32 @@ def wait_stored(backend, keys, timeout=20):
 # ------------------------------------------------------------ MP mode
 
 
-def l2_adapter(params):
+def l2_adapter(params, l1_memory_desc=None):
     """The adapter exactly as LMCache's MP server builds it from
-    ``--l2-adapter <JSON>``."""
+    ``--l2-adapter <JSON>`` (and, with ``l1_memory_desc``, hands it its L1
+    arena, as its storage manager does)."""
     parser = argparse.ArgumentParser()
     add_l2_adapters_args(parser)
     spec = {"type": "plugin", "module_path": "fgds.lmcache", "class_name": "FgdsL2Adapter",
             "adapter_params": params}
     args = parser.parse_args(["--l2-adapter", json.dumps(spec)])
     (cfg,) = parse_args_to_l2_adapters_config(args).adapters
-    return create_l2_adapter_from_registry(cfg)
+    return create_l2_adapter_from_registry(cfg, l1_memory_desc)
 
 
 def allocator(nbytes=64 << 20):
     return TensorMemoryAllocator(torch.empty(nbytes, dtype=torch.uint8))
+
+
+def arena(nbytes=16 << 20):
+    """A page-aligned L1 arena, its LMCache allocator and its
+    ``L1MemoryDesc`` (what LMCache's storage manager hands L2 adapters)."""
+    import fgds
+    from lmcache.v1.distributed.internal_api import L1MemoryDesc
+
+    t = torch.frombuffer(fgds.aligned_bytearray(nbytes), dtype=torch.uint8)
+    desc = L1MemoryDesc(ptr=t.data_ptr(), size=nbytes, align_bytes=4096)
+    return TensorMemoryAllocator(t), desc, t
 
 
 def l1_obj(alloc, nbytes, seed=None, dtype=torch.bfloat16):

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -521,3 +522,104 @@ def test_kv_bench_program_runs_on_cpu(tmpdir_ext4):
         assert r["identical"] and r["hits"] == 16, r
     fgds_row = rows[0]["fgds"]
     assert fgds_row["host_bytes"] == 2 * (4 << 20) and fgds_row["gpu_bytes"] == 0, fgds_row
+
+
+@pytest.mark.parametrize("mode", ["close", "noclose"])
+def test_process_using_both_adapters_exits(tmpdir_ext4, mode):
+    """A process that used an FgdsL2Adapter and an FgdsBackend (through
+    LMCache's StorageManager), with a lock and a load task left behind, is
+    gone within 5 s of its main thread's end, whether it closed them or not,
+    with no thread left and every fgds registration released; their journals
+    were compacted (closed) on the way out. Without close, LMCache's
+    StorageManager's event-loop thread alone would keep it alive for ever."""
+    err = open(os.path.join(tmpdir_ext4, "stderr"), "w+")
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "lmcache_exit_child.py"), tmpdir_ext4, mode],
+        stdout=subprocess.PIPE, stderr=err, text=True, cwd=HERE)
+    try:
+        for line in child.stdout:
+            if line.strip() == "done":
+                break
+        else:
+            child.wait(30)
+            err.seek(0)
+            pytest.fail(f"child ended before its work (rc {child.returncode}):\n{err.read()[-4000:]}")
+        t0 = time.monotonic()
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 5 s after its main thread ended ({mode})")
+        took = time.monotonic() - t0
+        rest = child.stdout.read()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0 and took < 5, (child.returncode, took)
+    left = json.loads(rest.strip().splitlines()[-1])
+    assert left["threads"] == [], left
+    assert left["registrations"]["live"] == 0, left
+    assert left["registrations"]["arena_total"] == 1, left  # the L1 arena, once
+    with open(os.path.join(tmpdir_ext4, "l2.slab.journal")) as f:
+        assert len(f.readlines()) == 2  # compacted: its header and the one entry
+    (journal,) = [n for n in os.listdir(os.path.join(tmpdir_ext4, "kv")) if n.endswith(".journal")]
+    with open(os.path.join(tmpdir_ext4, "kv", journal)) as f:
+        assert len(f.readlines()) == 4
+
+
+def test_l2_moves_chunks_through_l1_arena_registered_once(tmpdir_ext4):
+    """Given LMCache's L1MemoryDesc (as its storage manager passes it through
+    the plugin factory), the adapter registers the arena with fgds once and
+    moves every chunk in it as an offset in that registration: no per-chunk
+    registration, direct I/O (the arena is page-aligned), bytes exact. An
+    object outside the arena is registered for its transfer only."""
+    from lmcache_util import arena
+
+    alloc, desc, _mem = arena(16 << 20)
+    before = fl.registrations()
+    ad = l2_adapter(mp_params(tmpdir_ext4, capacity_bytes=16 * CHUNK), desc)
+    try:
+        keys = [okey(h) for h in range(8)]
+        objs = [l1_obj(alloc, CHUNK, seed=h) for h in range(8)]
+        assert store(ad, keys, [o for o, _ in objs]).is_successful()
+        outs = [l1_obj(alloc, CHUNK)[0] for _ in keys]
+        assert load(ad, keys, outs) == [True] * 8
+        assert [data(o) for o in outs] == [d for _, d in objs]
+        now = fl.registrations()
+        assert now["arena_total"] == before["arena_total"] + 1
+        assert now["per_chunk_total"] == before["per_chunk_total"]
+        assert now["live"] == before["live"] + 1
+        st = ad.stats()
+        assert st["bounce_bytes"] == 0 and st["direct_bytes"] == 16 * CHUNK, st
+        outside, want = l1_obj(allocator(4 * CHUNK), CHUNK, seed=99)
+        assert store(ad, [okey(99)], [outside]).is_successful()
+        assert fl.registrations()["per_chunk_total"] == before["per_chunk_total"] + 1
+        assert fl.registrations()["live"] == before["live"] + 1  # its buffer is released
+    finally:
+        ad.close()
+    assert fl.registrations()["live"] == before["live"]
+    with pytest.raises(fl.FgdsConfigError, match="l1_memory_desc has no memory"):
+        from lmcache.v1.distributed.internal_api import L1MemoryDesc
+
+        l2_adapter(mp_params(tmpdir_ext4), L1MemoryDesc(ptr=0, size=0, align_bytes=4096))
+
+
+def test_constructors_take_kwargs(tmpdir_ext4, kvdir):
+    """LMCache's plugin contract: constructors accept keyword arguments of
+    later releases."""
+    ad = fl.FgdsL2Adapter(fl.FgdsL2AdapterConfig.from_dict(mp_params(tmpdir_ext4)),
+                          l1_memory_desc=None, future_option=1)
+    ad.close()
+    ad.close()  # idempotent
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache_util import metadata
+
+    sm = engine(config_file(tmpdir_ext4, kvdir))
+    try:
+        lcb = sm.storage_backends["fgds"].local_cpu_backend
+        other = LMCacheEngineConfig.from_file(config_file(tmpdir_ext4, kvdir + "2"))
+        be = fl.FgdsBackend(config=other, dst_device="cpu", metadata=metadata(),
+                            local_cpu_backend=lcb, loop=None, future_option=2)
+        be.close()
+        be.close()  # idempotent
+    finally:
+        sm.close()

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 import zlib
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ __all__ = [
     "FgdsConfigError",
     "FgdsStartupError",
     "object_key_to_str",
+    "registrations",
     "str_to_object_key",
 ]
 
@@ -138,6 +140,130 @@ def _source(obj):
     if isinstance(t, torch.Tensor) and t.device.type != "cpu":
         return t, "gpu"
     return obj.byte_array, "host"
+
+
+# -------------------------------------------------------- registrations
+
+
+class _Registrations:
+    """The fgds buffers this module holds (memory registered with fgds):
+    ``live`` now, and how many were ever made per chunk and per arena."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.live = 0
+        self.per_chunk = 0
+        self.arenas = 0
+
+    def opened(self, arena):
+        with self.lock:
+            self.live += 1
+            if arena:
+                self.arenas += 1
+            else:
+                self.per_chunk += 1
+
+    def closed(self):
+        with self.lock:
+            self.live -= 1
+
+
+_REG = _Registrations()
+
+
+def registrations():
+    """``{"live", "per_chunk_total", "arena_total"}``: the fgds buffers
+    fgds.lmcache holds now, and how many it has registered, one per chunk
+    moved (memory objects outside a registered L1 arena) or one per arena."""
+    with _REG.lock:
+        return {"live": _REG.live, "per_chunk_total": _REG.per_chunk, "arena_total": _REG.arenas}
+
+
+class _Arena:
+    """LMCache's L1 arena (``L1MemoryDesc``: ``ptr``, ``size``,
+    ``stable_registration_size``), registered with fgds once, on the first
+    transfer of an object inside it (which says whether it is host or GPU
+    memory); objects in it then move as offsets into that one registration.
+    A lazily grown arena is registered up to its stable (pinned) size;
+    objects past it are registered per chunk."""
+
+    def __init__(self, desc):
+        self.base = int(desc.ptr)
+        stable = getattr(desc, "stable_registration_size", None)
+        self.size = int(stable if stable is not None else desc.size)
+        if self.base <= 0 or self.size <= 0:
+            raise FgdsConfigError(f"l1_memory_desc has no memory: ptr {desc.ptr:#x}, size {self.size}")
+        self.lock = threading.Lock()
+        self.kind = None
+        self.closed = False
+        # the registration, released by close() or, for an arena dropped
+        # without it, when this object is collected
+        self._cell = [None]
+        self._release = weakref.finalize(self, _Arena._free, self._cell)
+
+    @staticmethod
+    def _free(cell):
+        if cell[0] is not None:
+            cell[0].close()
+            cell[0] = None
+            _REG.closed()
+
+    def find(self, obj):
+        """``(buffer, offset, kind)`` of ``obj`` in the arena, or None."""
+        t = getattr(obj, "raw_data", None)
+        if not isinstance(t, torch.Tensor):
+            return None
+        addr, n = t.data_ptr(), obj.get_size()
+        if addr < self.base or addr + n > self.base + self.size:
+            return None
+        with self.lock:
+            if self.closed:
+                return None
+            if self._cell[0] is None:
+                if t.device.type == "cpu":
+                    buf, self.kind = _fgds.Buffer.from_host(self.base, self.size), "host"
+                elif getattr(torch.version, "hip", None):
+                    buf, self.kind = _fgds.Buffer.from_hip(self.base, self.size), "gpu"
+                else:
+                    buf, self.kind = _fgds.Buffer.from_cuda(self.base, self.size), "gpu"
+                self._cell[0] = buf
+                _REG.opened(arena=True)
+            return self._cell[0], addr - self.base, self.kind
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+            self._release()
+
+
+# ------------------------------------------------------------- exit
+
+# Adapters not closed when the interpreter exits are closed then (their
+# threads ended, buffers released, journals compacted) by a hook that runs
+# before the interpreter waits for non-daemon threads.
+_OPEN = weakref.WeakSet()
+_hook = []
+
+
+def _at_exit():
+    for x in list(_OPEN):
+        try:
+            x._close_at_exit()
+        except Exception:  # pragma: no cover - logged, exit goes on
+            logger.exception("fgds.lmcache: closing %r at exit failed", x)
+
+
+def _track(x):
+    _OPEN.add(x)
+    if not _hook:
+        _hook.append(True)
+        reg = getattr(threading, "_register_atexit", None)
+        if reg is not None:
+            reg(_at_exit)
+        else:  # pragma: no cover - CPython has had it since 3.9
+            import atexit
+
+            atexit.register(_at_exit)
 
 
 # ----------------------------------------------------------------- slab
@@ -457,19 +583,41 @@ class _Slab:
             return self.nbytes
 
     # -- data
-    def io(self, items, write):
+    def io(self, items, write, arena=None):
         """Moves ``[(obj, slot, nbytes, tag)]`` (obj a MemoryObj) in one fgds
-        batch; returns ``{tag: True/False}``."""
-        result, reqs, kinds = {}, [], {}
-        for obj, slot, n, tag in items:
-            src, kind = _source(obj)
-            buf = _fgds.Buffer(src)
-            if len(buf) < n:
-                raise ValueError(f"memory object of {len(buf)} bytes cannot hold {n}")
-            kinds[tag] = (kind, n)
-            reqs.append(("write" if write else "read", self.file, buf, n, slot * self.slot_size, 0, tag))
-        if not reqs:
-            return result
+        batch; returns ``{tag: True/False}``. Objects in ``arena`` (an
+        :class:`_Arena`) move through its one registration, others
+        through a buffer registered for this batch."""
+        result, reqs, kinds, temps = {}, [], {}, []
+        try:
+            for obj, slot, n, tag in items:
+                found = arena.find(obj) if arena is not None else None
+                if found is not None:
+                    buf, off, kind = found
+                else:
+                    src, kind = _source(obj)
+                    buf, off = _fgds.Buffer(src), 0
+                    temps.append(buf)
+                    _REG.opened(arena=False)
+                    if len(buf) < n:
+                        raise ValueError(f"memory object of {len(buf)} bytes cannot hold {n}")
+                kinds[tag] = (kind, n)
+                reqs.append(("write" if write else "read", self.file, buf, n,
+                             slot * self.slot_size, off, tag))
+            if reqs:
+                self._run(reqs, kinds, result, write)
+        finally:
+            for buf in temps:
+                buf.close()
+                _REG.closed()
+        with self.lock:
+            for tag, ok in result.items():
+                if ok:
+                    kind, n = kinds[tag]
+                    self.ios[kind + "_bytes"] += n
+        return result
+
+    def _run(self, reqs, kinds, result, write):
         with _fgds.Batch(len(reqs)) as b:
             b.submit(reqs)
             left = len(reqs)
@@ -484,12 +632,6 @@ class _Slab:
                                      "write" if write else "read", kinds[tag][1],
                                      tag, status, res)
                     result[tag] = ok
-        with self.lock:
-            for tag, ok in result.items():
-                if ok:
-                    kind, n = kinds[tag]
-                    self.ios[kind + "_bytes"] += n
-        return result
 
     def stats(self):
         st = dict(self.file.stats())
@@ -625,11 +767,15 @@ class FgdsL2Adapter(L2AdapterInterface):
     announced to listeners when they register.
     """
 
-    def __init__(self, config, l1_memory_desc=None):
+    def __init__(self, config, l1_memory_desc=None, **kwargs):
         if not isinstance(config, FgdsL2AdapterConfig):
             config = FgdsL2AdapterConfig.from_dict(config)
+        if kwargs:  # LMCache's plugin contract: accept what later releases pass
+            logger.info("fgds L2 adapter: constructor arguments %s not used", sorted(kwargs))
         o = config.opts
         self._cfg = config
+        # LMCache's L1 arena: registered once, chunks move as offsets in it
+        self._arena = _Arena(l1_memory_desc) if l1_memory_desc is not None else None
         self.slab = _Slab(config.path, o["capacity"], o["slot_size"], identity="fgds-l2",
                           durable=o["durable"], file_kwargs=o["file_kwargs"]) if o["slot_size"] else None
         self._pending_open = None if self.slab else (config.path, o)
@@ -647,6 +793,7 @@ class FgdsL2Adapter(L2AdapterInterface):
         self._closed = False
         if self.slab is not None:
             self._seed_usage()
+        _track(self)
 
     def _open(self, first_size):
         with self._open_lock:
@@ -731,7 +878,7 @@ class FgdsL2Adapter(L2AdapterInterface):
         self._deleted(evicted)
         items = [(objects[i], s, sizes[i], i) for i, s in enumerate(plan) if s is not None]
         try:
-            res = slab.io(items, write=True)
+            res = slab.io(items, write=True, arena=self._arena)
         except BaseException:
             slab.commit([], [s for s in plan if s is not None])
             raise
@@ -814,7 +961,7 @@ class FgdsL2Adapter(L2AdapterInterface):
                                    keys[i], e.n, e.layout, o.get_size(), _layout(o))
                     continue
                 items.append((o, e.slot, e.n, i))
-            for i, ok in self.slab.io(items, write=False).items():
+            for i, ok in self.slab.io(items, write=False, arena=self._arena).items():
                 if ok:
                     bm.set(i)
         finally:
@@ -874,14 +1021,24 @@ class FgdsL2Adapter(L2AdapterInterface):
         }
 
     def close(self):
-        if self._closed:
-            return
-        self._closed = True
-        self._pool.shutdown(wait=True)
+        """Ends the worker threads (tasks not started are dropped, those
+        running finish), releases the arena's registration, compacts the
+        journal and closes the slab and the event fds. Also run at
+        interpreter exit for an adapter not closed."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._arena is not None:
+            self._arena.close()
         if self.slab is not None:
             self.slab.close()
         for n in (self._store_ev, self._lookup_ev, self._load_ev):
             n.close()
+        _OPEN.discard(self)
+
+    _close_at_exit = close
 
 
 # ------------------------------------------------ in-process plugin
@@ -939,9 +1096,13 @@ class FgdsBackend(StoragePluginInterface):
     ``local_cpu_backend.allocate`` exactly as stored.
     """
 
-    def __init__(self, config=None, dst_device="cpu", metadata=None, local_cpu_backend=None, loop=None):
+    def __init__(self, config=None, dst_device="cpu", metadata=None, local_cpu_backend=None, loop=None,
+                 **kwargs):
         super().__init__(dst_device=dst_device, config=config, metadata=metadata,
                          local_cpu_backend=local_cpu_backend, loop=loop)
+        if kwargs:  # LMCache's plugin contract: accept what later releases pass
+            logger.info("fgds storage plugin: constructor arguments %s not used", sorted(kwargs))
+        self._closed = True  # until started
         on_error = "stop"
         try:
             if config is None or metadata is None or local_cpu_backend is None:
@@ -993,6 +1154,9 @@ class FgdsBackend(StoragePluginInterface):
 
             self._usage_gauge = LMCStatsMonitor.GetOrCreate().update_local_storage_usage
         self._report_usage()
+        self._closed = False
+        self._loop = loop
+        _track(self)
 
     def _report_usage(self):
         if self._usage_gauge is not None:
@@ -1181,5 +1345,24 @@ class FgdsBackend(StoragePluginInterface):
         return self.slab.stats()
 
     def close(self):
+        """Ends the worker threads once the puts and gets they run are done
+        (each holds a reference on LMCache's memory objects, released when
+        it ends), then compacts the journal and closes the slab."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
         self._pool.shutdown(wait=True)
         self.slab.close()
+        _OPEN.discard(self)
+
+    def _close_at_exit(self):
+        """At interpreter exit without close(): closes, and stops the event
+        loop LMCache's StorageManager handed the plugin, whose non-daemon
+        thread ("storage-manager-event-loop") would otherwise keep the
+        process alive for ever (LMCache 0.5.6 does that with or without
+        fgds when StorageManager.close() is never called)."""
+        self.close()
+        loop = self._loop
+        if isinstance(loop, asyncio.AbstractEventLoop) and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
