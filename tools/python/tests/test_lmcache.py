@@ -225,14 +225,82 @@ def test_workers_models_dtypes_never_mix(tmpdir_ext4, kvdir):
             sm.close()
 
 
-def test_second_process_on_same_slab_is_refused(tmpdir_ext4, kvdir):
+def test_engines_on_one_host_get_their_own_slabs(tmpdir_ext4, kvdir):
+    """Two engines of one model, worker and layout on one host (two vLLM
+    servers with the same LMCache configuration) each take a slab of their
+    own (fails before issue 29: the second raised FgdsStartupError on the
+    first one's lock); a named instance is its own slab, and a name taken is
+    refused, saying so."""
     cfg = config_file(tmpdir_ext4, kvdir)
-    sm = engine(cfg)
+    a, b = engine(cfg), engine(cfg)
     try:
-        with pytest.raises(fl.FgdsStartupError, match="in use by another process"):
-            engine(cfg)  # the same worker twice (a second open of the same files)
+        ba, bb = a.storage_backends["fgds"], b.storage_backends["fgds"]
+        assert os.path.basename(ba.slab.path).endswith("@" + ba.slab.identity.split("@")[-1] + ".slab")
+        assert bb.slab.path == ba.slab.path[: -len(".slab")] + ".1.slab"
+        ka, kb = [key(h) for h in range(2)], [key(h) for h in range(2, 4)]
+        a.batched_put(ka, [chunk(a, h)[0] for h in range(2)])
+        b.batched_put(kb, [chunk(b, h)[0] for h in range(2, 4)])
+        wait_stored(ba, ka)
+        wait_stored(bb, kb)
+        assert [ba.contains(k) for k in ka + kb] == [True, True, False, False]
+        assert [bb.contains(k) for k in ka + kb] == [False, False, True, True]
+        named = config_file(tmpdir_ext4, kvdir, instance="srv-1")
+        c = engine(named)
+        try:
+            assert c.storage_backends["fgds"].slab.path.endswith("@srv-1.slab")
+            with pytest.raises(fl.FgdsStartupError, match="in use by another process or engine.*"
+                               "instance 'srv-1' is taken"):
+                engine(named)
+        finally:
+            c.close()
+        with pytest.raises(fl.FgdsStartupError, match="instance must be 1-64 letters"):
+            engine(config_file(tmpdir_ext4, kvdir, instance="'a/b'"))
     finally:
-        sm.close()
+        a.close()
+        b.close()
+
+
+def test_engine_crash_recovery_with_another_engine_running(tmpdir_ext4, kvdir):
+    """Engine A runs; engine B (a child process) stores its chunks in the
+    next slab and is killed with SIGKILL. B restarted beside A finds B's
+    slab (A's is locked) and loads every chunk B stored, byte for byte; once
+    A stops too, a restart finds A's."""
+    cfg = config_file(tmpdir_ext4, kvdir)
+    a = engine(cfg)
+    try:
+        ba = a.storage_backends["fgds"]
+        ka = [key(h) for h in range(2)]
+        a.batched_put(ka, [chunk(a, h)[0] for h in range(2)])
+        wait_stored(ba, ka)
+        child = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "lmcache_engine_child.py"), cfg, "5", "6", "7"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=HERE)
+        try:
+            line = child.stdout.readline()
+            assert line.startswith("stored "), line
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.kill()
+            child.wait()
+        b = engine(cfg)
+        try:
+            bb = b.storage_backends["fgds"]
+            assert bb.slab.path == line.split(" ", 1)[1].strip() != ba.slab.path
+            for h in (5, 6, 7):
+                got = bb.get_blocking(key(h))
+                assert got is not None and data(got) == chunk(b, h)[1]
+                got.ref_count_down()
+            assert not bb.contains(ka[0])
+        finally:
+            b.close()
+    finally:
+        a.close()
+    a = engine(cfg)
+    try:
+        assert a.storage_backends["fgds"].slab.path == ba.slab.path
+        assert all(a.storage_backends["fgds"].contains(k) for k in ka)
+    finally:
+        a.close()
 
 
 def test_restart_drops_entries_not_on_disk(tmpdir_ext4, kvdir):

@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import threading
 import weakref
 import zlib
@@ -53,6 +54,11 @@ _ALIGN = 4096
 
 class FgdsConfigError(ValueError):
     """A configuration value fgds.lmcache cannot use (the message names it)."""
+
+
+class _SlabBusy(RuntimeError):
+    """The slab's lock is held (by another process, or another engine of
+    this one)."""
 
 
 class FgdsStartupError(BaseException):
@@ -302,14 +308,14 @@ class _Slab:
         self.records = 0
         self.ios = {"gpu_bytes": 0, "host_bytes": 0}
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        new = not os.path.exists(self.path)
-        self.file = _fgds.File(self.path, "w+" if new else "r+", **(file_kwargs or {}))
+        # never truncated: another engine may hold (and be filling) this file
+        self.file = _fgds.File(self.path, flags=os.O_RDWR | os.O_CREAT, **(file_kwargs or {}))
         try:
             try:
                 fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RuntimeError(
-                    f"{self.path} is in use by another process (each LMCache worker or "
+                raise _SlabBusy(
+                    f"{self.path} is in use by another process or engine (each LMCache worker or "
                     "server needs its own slab: give each its own path)"
                 ) from None
             header, puts = self._replay()
@@ -1073,6 +1079,10 @@ _LEGACY_KEYS = {"fgds_path": "path", "fgds_buffer_size": "slot_size",
                 "fgds_capacity_gb": "capacity_gb", "fgds_slot_size": "slot_size"}
 
 
+_INSTANCE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_MAX_INSTANCES = 64
+
+
 class FgdsBackend(StoragePluginInterface):
     """LMCache in-process storage plugin on an fgds slab.
 
@@ -1122,11 +1132,11 @@ class FgdsBackend(StoragePluginInterface):
                 raise FgdsConfigError(
                     f"extra_config keys {old} are not read by LMCache 0.5.6 or fgds: use "
                     + ", ".join(f"{prefix}{_LEGACY_KEYS.get(k, k.split('.')[-1])}" for k in old))
-            unknown = sorted(set(opts) - _COMMON_KEYS)
+            unknown = sorted(set(opts) - _COMMON_KEYS - {"instance"})
             if unknown:
                 raise FgdsConfigError(
                     f"unknown options {[prefix + k for k in unknown]}; known: "
-                    f"{[prefix + k for k in sorted(_COMMON_KEYS | {'on_error'})]}")
+                    f"{[prefix + k for k in sorted(_COMMON_KEYS | {'on_error', 'instance'})]}")
             path = opts.get("path")
             if not isinstance(path, str) or not path:
                 raise FgdsConfigError(f"extra_config {prefix}path (a directory) is required")
@@ -1134,9 +1144,11 @@ class FgdsBackend(StoragePluginInterface):
             slot = o["slot_size"]
             if slot is None:
                 slot = -(-int(local_cpu_backend.get_full_chunk_size_bytes()) // _ALIGN) * _ALIGN
-            self.slab = _Slab(os.path.join(path, self._slab_name(metadata)), o["capacity"], slot,
-                              identity=self._identity(metadata), durable=o["durable"],
-                              file_kwargs=o["file_kwargs"])
+            instance = opts.get("instance")
+            if instance is not None and (not isinstance(instance, str) or not _INSTANCE_RE.fullmatch(instance)):
+                raise FgdsConfigError(
+                    f"{prefix}instance must be 1-64 letters, digits, '.', '_' or '-', not {instance!r}")
+            self.slab = self._open_slab(path, metadata, o, slot, instance)
         except (FgdsConfigError, OSError, RuntimeError) as e:
             msg = f"fgds storage plugin not started: {e}"
             logger.error("%s", msg)
@@ -1176,8 +1188,34 @@ class FgdsBackend(StoragePluginInterface):
         return f"{md.model_name}@{md.world_size}@{md.worker_id}@{dt}@{cls._layout_digest(md)}"
 
     @classmethod
-    def _slab_name(cls, md):
-        return "fgds-" + cls._identity(md).replace("/", "-SEP-") + ".slab"
+    def _slab_name(cls, md, instance=0):
+        """``fgds-<identity>.slab`` for the first engine of an identity on a
+        host (the name of fgds releases before instances), ``...<n>.slab``
+        for the n-th, ``...@<instance>.slab`` for a named one."""
+        base = "fgds-" + cls._identity(md).replace("/", "-SEP-")
+        if isinstance(instance, str):
+            return f"{base}@{instance}.slab"
+        return f"{base}.slab" if instance == 0 else f"{base}.{instance}.slab"
+
+    def _open_slab(self, path, md, o, slot, instance):
+        """The slab of this engine: the named one, or the first of this
+        identity whose lock is free. Every slab of one identity holds KV of
+        the same model, world size, worker, dtype and layout (its journal's
+        header says so), so after a crash a restarted engine that takes any
+        free one reads back KV that is valid for it; with engines still
+        running, the free ones are those of the engines that stopped."""
+        names = ([instance] if instance is not None else range(_MAX_INSTANCES))
+        for n in names:
+            p = os.path.join(path, self._slab_name(md, n))
+            try:
+                return _Slab(p, o["capacity"], slot, identity=self._identity(md),
+                             durable=o["durable"], file_kwargs=o["file_kwargs"])
+            except _SlabBusy as e:
+                if instance is not None:
+                    raise RuntimeError(f"{e}; instance {instance!r} is taken") from None
+        raise RuntimeError(
+            f"the {_MAX_INSTANCES} slabs of {self._identity(md)!r} in {path} are all in use by "
+            "other engines: give this one another path")
 
     def __str__(self):
         return "FgdsBackend"
