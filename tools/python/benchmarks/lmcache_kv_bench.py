@@ -10,7 +10,13 @@
                 takes host (L1) memory objects: each chunk is copied from
                 the GPU into a pinned L1 object before the store and back
                 after the load, as LMCache's MP server does around L2;
-  lmcache-fs-odirect  the same with its ``use_odirect`` option.
+  lmcache-fs-odirect  the same with its ``use_odirect`` option;
+  fgds-l1-arena  fgds.lmcache.FgdsL2Adapter on the same pinned L1 objects,
+                given LMCache's ``L1MemoryDesc`` of the L1 arena, as
+                LMCache's storage manager gives it: the arena is registered
+                with fgds once and every chunk moves as an offset in it;
+  fgds-l1-per-chunk  the same without the descriptor: each chunk's buffer
+                is registered for its own transfer.
 
 Every adapter is built as LMCache's MP server builds it (``--l2-adapter
 <JSON>`` through LMCache's own parser and factory); the chunks are
@@ -41,8 +47,9 @@ def cpu_s():
     return r.ru_utime + r.ru_stime
 
 
-def adapter(spec):
-    """An L2 adapter exactly as LMCache's MP server builds it."""
+def adapter(spec, l1_memory_desc=None):
+    """An L2 adapter exactly as LMCache's MP server builds it (and hands it
+    its L1 arena)."""
     from lmcache.v1.distributed.l2_adapters.config import (
         add_l2_adapters_args, parse_args_to_l2_adapters_config)
     from lmcache.v1.distributed.l2_adapters.factory import create_l2_adapter_from_registry
@@ -51,7 +58,7 @@ def adapter(spec):
     add_l2_adapters_args(p)
     (cfg,) = parse_args_to_l2_adapters_config(
         p.parse_args(["--l2-adapter", json.dumps(spec)])).adapters
-    return create_l2_adapter_from_registry(cfg)
+    return create_l2_adapter_from_registry(cfg, l1_memory_desc)
 
 
 def _wait(fd, timeout):
@@ -99,7 +106,7 @@ def drop_cache(root):
                 os.close(fd)
 
 
-def run(name, spec, chunks, dev, staged, tmp):
+def run(name, spec, chunks, dev, staged, tmp, arena=False):
     """One adapter: store the chunks, drop the cache, load, compare."""
     import torch
     from lmcache.v1.distributed.api import ObjectKey
@@ -125,7 +132,13 @@ def run(name, spec, chunks, dev, staged, tmp):
         off = -raw.data_ptr() % 4096
         l1 = TensorMemoryAllocator(raw[off:off + size])
         host = [l1.allocate(shape, [dtype]) for _ in range(n)]
-    ad = adapter(spec)
+    desc = None
+    if arena:
+        from lmcache.v1.distributed.internal_api import L1MemoryDesc
+
+        desc = L1MemoryDesc(ptr=raw.data_ptr() + off, size=size, align_bytes=4096)
+    regs0 = _registrations()
+    ad = adapter(spec, desc)
     try:
         c0, t0 = cpu_s(), time.perf_counter()
         if staged:
@@ -169,10 +182,19 @@ def run(name, spec, chunks, dev, staged, tmp):
             st = ad.stats()
             r["fgds"] = {k: st[k] for k in ("direct_bytes", "bounce_bytes", "fallbacks",
                                             "gpu_bytes", "host_bytes") if k in st}
+            regs = _registrations()
+            r["fgds"]["per_chunk_registrations"] = regs["per_chunk_total"] - regs0["per_chunk_total"]
+            r["fgds"]["arena_registrations"] = regs["arena_total"] - regs0["arena_total"]
         return r
     finally:
         ad.close()
         del gpu, l1
+
+
+def _registrations():
+    from fgds.lmcache import registrations
+
+    return registrations()
 
 
 def main():
@@ -210,18 +232,21 @@ def main():
         "lmcache-fs-odirect": (lambda d: {"type": "fs", "base_path": d, "use_odirect": True},
                                True),
     }
+    fgds_spec = backends["fgds"][0]
+    backends["fgds-l1-arena"] = (fgds_spec, True, True)
+    backends["fgds-l1-per-chunk"] = (fgds_spec, True)
     only = a.only.split(",") if a.only else list(backends)
     results = []
     print(f"# LMCache KV round trip: {n} chunks of {a.chunk_kib} KiB ({n * csize >> 20} MiB) "
           f"of {a.device} memory, torch {torch.__version__}, fgds {fgds.__version__}, "
           f"{torch.cuda.get_device_name(0) if a.device == 'cuda' else 'cpu'}", flush=True)
     for name in only:
-        spec, staged = backends[name]
+        spec, staged, *arena = backends[name]
         d = os.path.join(a.dir, name)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         try:
-            r = run(name, spec(d), chunks, a.device, staged, d)
+            r = run(name, spec(d), chunks, a.device, staged, d, bool(arena))
         except Exception as e:  # noqa: BLE001 - reported, the others still run
             r = {"backend": name, "error": f"{type(e).__name__}: {e}"}
         finally:

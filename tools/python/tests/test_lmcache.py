@@ -585,11 +585,16 @@ def test_kv_bench_program_runs_on_cpu(tmpdir_ext4):
          "--device", "cpu"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert [r["backend"] for r in rows] == ["fgds", "lmcache-fs", "lmcache-fs-odirect"], p.stdout
+    assert [r["backend"] for r in rows] == ["fgds", "lmcache-fs", "lmcache-fs-odirect",
+                                            "fgds-l1-arena", "fgds-l1-per-chunk"], p.stdout
     for r in rows:
         assert r["identical"] and r["hits"] == 16, r
     fgds_row = rows[0]["fgds"]
     assert fgds_row["host_bytes"] == 2 * (4 << 20) and fgds_row["gpu_bytes"] == 0, fgds_row
+    arena, per_chunk = rows[3]["fgds"], rows[4]["fgds"]
+    assert arena["arena_registrations"] == 1 and arena["per_chunk_registrations"] == 0, arena
+    assert per_chunk["arena_registrations"] == 0 and per_chunk["per_chunk_registrations"] == 32
+    assert arena["bounce_bytes"] == 0, arena  # the page-aligned arena: O_DIRECT
 
 
 @pytest.mark.parametrize("mode", ["close", "noclose"])
