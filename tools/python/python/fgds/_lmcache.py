@@ -766,11 +766,15 @@ class FgdsL2AdapterConfig(L2AdapterConfigBase):
 class FgdsL2Adapter(L2AdapterInterface):
     """LMCache MP-mode L2 adapter on an fgds slab (see the module's doc).
 
-    Usage (``get_usage``) counts each stored chunk as the slot it holds, so
-    that ``usage_fraction`` 1.0 means a full slab; evictions the adapter does
-    itself to make room, overwrites and deletions are reported through
-    ``_notify_keys_deleted``, recovered entries are counted on start and
-    announced to listeners when they register.
+    Usage (``get_usage``) counts the stored objects' bytes, as LMCache's
+    contract says (the slots they hold are ``stats()["slot_bytes"]``);
+    evictions the adapter does itself to make room, overwrites and deletions
+    are reported through ``_notify_keys_deleted``, loads through
+    ``_notify_keys_accessed`` (before the task completes), and recovered
+    entries are counted on start and announced to listeners when they
+    register. A load is a hit when the object has the stored size, shapes
+    and dtypes (not necessarily its memory format: see
+    :func:`_same_mp_layout`).
     """
 
     def __init__(self, config, l1_memory_desc=None, **kwargs):
@@ -1012,7 +1016,9 @@ class FgdsL2Adapter(L2AdapterInterface):
     def stats(self):
         """fgds statistics of the slab: ``direct_bytes``, ``bounce_bytes``,
         ``fallbacks``, ..., ``gpu_bytes``/``host_bytes`` (where the KV came
-        from or went to), ``entries``, ``used_bytes``, ``capacity_bytes``."""
+        from or went to), ``entries``, ``used_bytes`` (the objects' bytes),
+        ``slot_bytes`` (the slots they hold), ``slot_size``,
+        ``capacity_bytes``."""
         return self.slab.stats() if self.slab is not None else {}
 
     def report_status(self):

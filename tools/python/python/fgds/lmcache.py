@@ -48,6 +48,7 @@ __all__ = [
     "FgdsConfigError",
     "FgdsStartupError",
     "object_key_to_str",
+    "registrations",
     "str_to_object_key",
 ]
 
