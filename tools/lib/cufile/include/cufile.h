@@ -278,8 +278,8 @@ CUfileError_t cuFileGetVersion(int *version);
  *   PROPERTIES_MAX_DIRECT_IO_SIZE_KB the chunk size in KiB (a cap)
  *   PROPERTIES_IO_BATCHSIZE          largest cuFileBatchIOSetUp (1-4096)
  *   PROPERTIES_ALLOW_COMPAT_MODE     false: strict (FGDS_STRICT=1)
- *   FORCE_COMPAT_MODE                true: never O_DIRECT (FGDS_NO_DIRECT=1)
- *   PREFER_IO_URING                  false: pread/pwrite (FGDS_NO_IO_URING=1)
+ *   FORCE_COMPAT_MODE                true: never O_DIRECT (FGDS_DIRECT=0)
+ *   PREFER_IO_URING                  false: pread/pwrite (FGDS_IO_URING=0)
  *   PROPERTIES_ALLOW_SYSTEM_MEMORY,
  *   USE_PCIP2PDMA                    always true (false: not supported)
  *   LOGGING_LEVEL                    NONE/OFF, ERROR/WARN/NOTICE/INFO, DEBUG/TRACE

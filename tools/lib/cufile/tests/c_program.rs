@@ -73,13 +73,10 @@ impl Program {
         let mut c = Command::new(&self.bin);
         c.arg(self.data.path()).arg(mode);
         c.env("LD_LIBRARY_PATH", &self.lib_dir);
-        for k in [
-            "FGDS_STRICT",
-            "FGDS_NO_DIRECT",
-            "FGDS_LOG",
-            "CUFILE_ENV_PATH_JSON",
-        ] {
-            c.env_remove(k);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("FGDS_") || k == "CUFILE_ENV_PATH_JSON" {
+                c.env_remove(k);
+            }
         }
         // No cufile.json of this machine.
         c.env("CUFILE_ENV_PATH_JSON", self.data.path().join("none.json"));
@@ -128,6 +125,45 @@ fn cufile_program_reads_writes_batches_and_errors() {
     let o = p.run("main", &[("FGDS_LOG", "off")]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stderr.is_empty(), "{}", text(&o));
+}
+
+/// The library's settings module: its spellings work here too
+/// (`FGDS_CHUNK_SIZE=1MiB` and `FGDS_STRICT=FALSE` used to fail every
+/// call), and a bad value is its one message naming the variable.
+#[test]
+fn fgds_settings_are_the_librarys() {
+    let p = build();
+    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    let o = p.run(
+        "main",
+        &[
+            ("FGDS_CHUNK_SIZE", "1MiB"),
+            ("FGDS_STRICT", "FALSE"),
+            ("FGDS_IO_URING", "off"),
+            ("FGDS_LOG", "OFF"),
+            ("FGDS_QUEUE_DEPTH", "8"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    for (k, v, want) in [
+        (
+            "FGDS_CHUNK_SIZE",
+            "1MiX",
+            "FGDS_CHUNK_SIZE=\"1MiX\": not a size in bytes: 1048576, 1M, 1MiB",
+        ),
+        (
+            "FGDS_STRICT",
+            "maybe",
+            "FGDS_STRICT=\"maybe\": not a boolean",
+        ),
+        ("FGDS_NO_DIRECT", "2", "FGDS_NO_DIRECT=\"2\": not a boolean"),
+    ] {
+        let o = p.run("main", &[(k, v)]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{t}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{t}");
+    }
 }
 
 #[test]

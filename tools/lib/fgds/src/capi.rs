@@ -185,7 +185,7 @@ fn config(cfg: *const fgds_config) -> Config {
                 },
                 strict: d.strict || c.flags & FGDS_CONFIG_STRICT != 0,
                 use_io_uring: d.use_io_uring && c.flags & FGDS_CONFIG_NO_IO_URING == 0,
-                disable_direct: c.flags & FGDS_CONFIG_NO_DIRECT != 0,
+                disable_direct: d.disable_direct || c.flags & FGDS_CONFIG_NO_DIRECT != 0,
                 ..d
             }
         }
