@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The version fgds's libcufile says it is (`cuFileGetVersion`).
-const CUFILE_VERSION: &str = "1170";
+const CUFILE_VERSION: &str = "1200";
 
 fn fgds() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fgds"))

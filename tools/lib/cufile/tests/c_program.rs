@@ -127,6 +127,18 @@ fn cufile_program_reads_writes_batches_and_errors() {
     assert!(o.stderr.is_empty(), "{}", text(&o));
 }
 
+/// cuFile 1.16 to 1.20's functions: cuFileReadv and cuFileWritev (every
+/// byte checked), P2P flags, BAR size, topology, CUFILE_ERRSTR.
+#[test]
+fn cufile_1_20_functions() {
+    let p = build();
+    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    let o = p.run("v120", &[("FGDS_LOG", "off")]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+}
+
 /// The library's settings module: its spellings work here too
 /// (`FGDS_CHUNK_SIZE=1MiB` and `FGDS_STRICT=FALSE` used to fail every
 /// call), and a bad value is its one message naming the variable.

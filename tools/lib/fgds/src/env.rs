@@ -96,7 +96,16 @@ pub const VARS: &[Var] = &[
         default: "info",
         meaning: "what libcufile says on stderr: off (or 0, none), info (1: the path chosen and each handle's first fallback), debug (2: every failed call too)",
     },
+    Var {
+        name: "FGDS_CUFILE_VERSION",
+        default: "1.20",
+        meaning: "the cuFile version libcufile presents, 1.15 to 1.20 (or 1150 to 1200): what `cuFileGetVersion` says and the layout of the statistics it writes (1.18 and older: `CUfileStatsLevel1_t` without the 1.19 vectored counters)",
+    },
 ];
+
+/// Oldest and newest cuFile version (`1000 * major + 10 * minor`) that
+/// libcufile can present.
+pub const CUFILE_VERSIONS: std::ops::RangeInclusive<u32> = 1150..=1200;
 
 /// An older name of a boolean variable, kept working.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +163,8 @@ pub struct Env {
     pub direct: bool,
     /// `FGDS_LOG`.
     pub log: LogLevel,
+    /// `FGDS_CUFILE_VERSION`, as `1000 * major + 10 * minor`.
+    pub cufile_version: u32,
     /// `FGDS_PARALLEL` (default: `threads`).
     pub parallel: u32,
     /// `FGDS_SPLIT_SIZE`.
@@ -209,6 +220,21 @@ pub fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// Parses a cuFile version: `1.19` or `1190` (`1000 * major + 10 *
+/// minor`), within [`CUFILE_VERSIONS`].
+pub fn parse_cufile_version(s: &str) -> Option<u32> {
+    let s = s.trim();
+    let v = match s.split_once('.') {
+        Some((maj, min)) => {
+            let (maj, min): (u32, u32) = (maj.parse().ok()?, min.parse().ok()?);
+            (min < 100).then_some(())?;
+            maj.checked_mul(1000)?.checked_add(min * 10)?
+        }
+        None => s.parse().ok()?,
+    };
+    (CUFILE_VERSIONS.contains(&v) && v % 10 == 0).then_some(v)
+}
+
 /// What a size must be, for messages.
 const SIZE_SPELLING: &str = "a size in bytes: 1048576, 1M, 1MiB";
 /// What a boolean must be, for messages.
@@ -227,6 +253,7 @@ impl Env {
             use_io_uring: true,
             direct: true,
             log: LogLevel::Info,
+            cufile_version: *CUFILE_VERSIONS.end(),
             parallel: 0,
             split_size: DEFAULT_SPLIT_SIZE,
             bounce_split_size: DEFAULT_BOUNCE_SPLIT_SIZE,
@@ -304,6 +331,9 @@ impl Env {
                     _ => Err(bad("not off, info or debug (0, 1, 2)")),
                 }
                 .map(|l| e.log = l),
+                "FGDS_CUFILE_VERSION" => parse_cufile_version(&val)
+                    .map(|v| e.cufile_version = v)
+                    .ok_or_else(|| bad("not a cuFile version from 1.15 to 1.20 (or 1150 to 1200)")),
                 "FGDS_CHUNK_SIZE" => size(max_rw).map(|n| e.chunk_size = n),
                 "FGDS_BOUNCE_CHUNK_SIZE" => size(max_rw).map(|n| e.bounce_chunk_size = n),
                 "FGDS_QUEUE_DEPTH" => match val.trim().parse::<u32>() {
@@ -599,6 +629,29 @@ mod tests {
                 && m.contains("the opposite of FGDS_IO_URING"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn cufile_versions() {
+        for (v, n) in [
+            ("1.20", Some(1200)),
+            ("1190", Some(1190)),
+            ("1.15", Some(1150)),
+        ] {
+            assert_eq!(parse_cufile_version(v), n, "{v}");
+        }
+        for v in ["1.14", "1.21", "1201", "2.0", "x", "1.", "1.1.9"] {
+            assert_eq!(parse_cufile_version(v), None, "{v}");
+        }
+        assert_eq!(with(&[]).cufile_version, 1200);
+        let e = with(&[("FGDS_CUFILE_VERSION", "1.17")]);
+        assert_eq!(e.cufile_version, 1170);
+        let e = with(&[("FGDS_CUFILE_VERSION", "12")]);
+        assert!(e
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("FGDS_CUFILE_VERSION=\"12\": not a cuFile version from 1.15 to 1.20"));
     }
 
     #[test]
