@@ -264,3 +264,16 @@ fn statistics_count_what_the_library_served() {
     assert!(o.status.success(), "{t}");
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
 }
+
+/// cuFile's soname, and not libfgds's (a dependency's cdylib link arguments
+/// reach this library: rust-lang/cargo#9562).
+#[test]
+fn soname_is_cufiles() {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(library())
+        .output()
+        .expect("readelf (binutils)");
+    let d = String::from_utf8_lossy(&out.stdout);
+    assert!(d.contains("Library soname: [libcufile.so.0]"), "{d}");
+}
