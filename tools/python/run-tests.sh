@@ -102,6 +102,8 @@ fi
 export FGDS_LMCACHE_TESTS="$lmc_tests/tests"
 # --- end of that block ---
 
+# The CLI and libcufile.so go into the wheel (stage-native.sh).
+CARGO_BUILD_JOBS=$jobs "$here/stage-native.sh"
 rm -rf "$root/build/python-wheels"
 (cd "$here" && "$venv/bin/maturin" build --release -j "$jobs" \
 	--compatibility off -o "$root/build/python-wheels" -i "$venv/bin/python")
