@@ -1680,6 +1680,15 @@ pub unsafe extern "C" fn cuFileWritev(
     vectored_io(fh, Op::Write, iov, iovcnt, file_offset, flags)
 }
 
+/// `CU_FILE_MAX_TARGET_TYPES` of the version presented (1.19 added PanFS).
+fn max_target_types() -> c_uint {
+    if version() >= 1190 {
+        CU_FILE_MAX_TARGET_TYPES
+    } else {
+        CU_FILE_MAX_TARGET_TYPES - 1
+    }
+}
+
 /// The P2P flags of a file system type: PCI P2PDMA for NVMe where an fgds
 /// node serves a GPU, else none.
 fn p2p_flags_of(d: &Driver, fs: c_uint) -> c_uint {
@@ -1706,7 +1715,7 @@ pub unsafe extern "C" fn cuFileDriverGetP2PFlags(
         Ok(d) => d,
         Err(e) => return e,
     };
-    if p2p_flags.is_null() || status_flag >= CU_FILE_MAX_TARGET_TYPES {
+    if p2p_flags.is_null() || status_flag >= max_target_types() {
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
     // SAFETY: checked non-NULL.
@@ -1724,7 +1733,7 @@ pub extern "C" fn cuFileDriverSetP2PFlags(status_flag: c_uint, flags: c_uint) ->
         Ok(d) => d,
         Err(e) => return e,
     };
-    if status_flag >= CU_FILE_MAX_TARGET_TYPES {
+    if status_flag >= max_target_types() {
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
     if status_flag != CU_FILE_NVME_SUPPORTED {

@@ -29,6 +29,11 @@ struct Program {
 }
 
 fn build() -> Program {
+    build_with(&[])
+}
+
+/// The program built with extra C flags (`-DFGDS_CUFILE_VERSION=1180`).
+fn build_with(cflags: &[&str]) -> Program {
     let dir = tempfile::tempdir().expect("tempdir");
     let lib_dir = dir.path().join("lib");
     std::fs::create_dir(&lib_dir).expect("mkdir");
@@ -37,7 +42,9 @@ fn build() -> Program {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin = dir.path().join("cufile_test");
     let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(cflags)
+        .arg("-I")
         .arg(src.join("include"))
         .arg(src.join("tests/cufile_test.c"))
         .arg("-o")
@@ -276,4 +283,28 @@ fn soname_is_cufiles() {
         .expect("readelf (binutils)");
     let d = String::from_utf8_lossy(&out.stdout);
     assert!(d.contains("Library soname: [libcufile.so.0]"), "{d}");
+}
+
+/// A program built against cuFile 1.18's statistics layout
+/// (`-DFGDS_CUFILE_VERSION=1180`) gets it with `FGDS_CUFILE_VERSION=1.18`:
+/// nothing written past its 512-byte `CUfileStatsLevel1_t`, its counters
+/// where it reads them; without the variable the library writes 1.20's 624
+/// bytes (as NVIDIA's 1.20 library does), which the program sees.
+#[test]
+fn statistics_in_the_layout_of_the_version_presented() {
+    let p = build_with(&["-DFGDS_CUFILE_VERSION=1180"]);
+    std::fs::write(
+        p.data.path().join("none.json"),
+        r#"{ "profile": { "cufile_stats": 2 } }"#,
+    )
+    .expect("write json");
+    let v118 = [("FGDS_CUFILE_VERSION", "1.18"), ("FGDS_LOG", "off")];
+    for mode in ["stats", "v120"] {
+        let o = p.run(mode, &v118);
+        assert!(o.status.success(), "{mode}: {}", text(&o));
+    }
+    let o = p.run("stats", &[("FGDS_LOG", "off")]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("cuFileGetStatsL1 wrote byte 512"), "{t}");
 }
