@@ -38,7 +38,8 @@
 //! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`]
 //! - dma-buf reservation lock -> [`Gpu::state`] -> memory hotplug lock (a chunk's struct pages
 //!   are created and removed with [`Gpu::state`] held)
-//! - [`Buffer::state`] -> [`Gpu::state`] (registration)
+//! - [`Buffer::state`] is never held while [`Gpu::state`] is taken: the mmap lock is held
+//!   around it (faults, mmap), and [`Gpu::state`] is held around the memory hotplug lock.
 //! - [`FgdsFile::buffers`] is never held across any of the above.
 //!
 //! The teardown blocks, with the reservation lock held, until in-flight DMA into the buffer
@@ -580,8 +581,12 @@ impl Buffer {
     /// the BAR range already has struct pages of its owner's.
     fn claim(&self, extents: &[(u32, u64, u64)]) -> Result {
         let npages = (self.size / PAGE_SIZE as u64) as usize;
-        let mut st = self.state.lock();
-        if st.dead {
+        // [`Buffer::state`] is not held while struct pages are made: mmap() and faults take it
+        // under the mmap lock, and making pages takes the memory hotplug lock, which other code
+        // (the page-table dump) holds while it takes an mmap lock. A teardown that comes
+        // meanwhile finds no pages; it waits in its drain for the ones made here, which are
+        // dropped below when this finds the registration dead.
+        if self.state.lock().dead {
             return Err(ENODEV);
         }
         let mut chunks: KVec<Arc<Chunk>> = KVec::new();
@@ -644,23 +649,29 @@ impl Buffer {
             }
             Ok(())
         })();
-        if let Err(e) = res {
-            // Not mapped or pinned yet: the pages are freed as their base references go. The
-            // registration is dead; its drain completes with them.
-            st.dead = true;
-            drop(pages);
-            self.drain.wait();
-            release_chunks(&mut gs, chunks);
-            return Err(e);
-        }
         drop(gs);
-        if let Some(&(bar, off, _)) = extents.first() {
-            st.bar = bar;
-            st.bar_offset = off;
+        let mut st = self.state.lock();
+        let torn_down = st.dead;
+        if res.is_ok() && !torn_down {
+            if let Some(&(bar, off, _)) = extents.first() {
+                st.bar = bar;
+                st.bar_offset = off;
+            }
+            st.chunks = chunks;
+            st.pages = pages;
+            return Ok(());
         }
-        st.chunks = chunks;
-        st.pages = pages;
-        Ok(())
+        // Failed, or torn down meanwhile (by the exporter's invalidation, whose teardown dropped
+        // the drain's bias and waits for these pages). Not mapped or pinned yet: the pages are
+        // freed as their base references go, and the drain completes with them.
+        st.dead = true;
+        drop(st);
+        drop(pages);
+        if !torn_down {
+            self.drain.wait();
+        }
+        release_chunks(&mut self.gpu.state.lock(), chunks);
+        res.and(Err(ENODEV))
     }
 }
 
