@@ -269,8 +269,9 @@ impl<T: Importer> Locked<'_, T> {
     /// nor after the lock is released.
     pub fn map(&self) -> Result<&SGTable> {
         let slot = self.inner.sgt.get();
-        // SAFETY: The reservation lock is held (type invariant), which protects `sgt`; the value
-        // is copied out, and no reference into `sgt` is held across the exporter's call below.
+        // The reservation lock is held (type invariant), which protects `sgt`; the value is
+        // copied out, and no reference into `sgt` is held across the exporter's call below.
+        // SAFETY: See the comment above.
         let mut sgt = unsafe { *slot };
         if sgt.is_null() {
             // `attach` is valid and the reservation lock is held, as a dynamic

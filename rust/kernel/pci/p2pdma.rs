@@ -88,8 +88,9 @@ impl OfferedBar {
 
     /// The PCI device whose BAR this is.
     pub fn pci_dev(&self) -> &pci::Device {
-        // SAFETY: `pdev` holds a reference to the device (type invariant) for as long as `self`
-        // lives; `pci::Device` is a transparent wrapper of `struct pci_dev`.
+        // `pdev` holds a reference to the device (type invariant) for as long as `self` lives;
+        // `pci::Device` is a transparent wrapper of `struct pci_dev`.
+        // SAFETY: See the comment above.
         unsafe { &*(*self.raw()).pdev.cast::<pci::Device>() }
     }
 
