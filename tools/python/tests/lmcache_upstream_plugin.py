@@ -22,6 +22,7 @@ What it changes, and nothing else:
 import os
 import shutil
 import tempfile
+import weakref
 
 # The largest chunk LMCache's test files store in an L2 adapter: a
 # [100, 2, 512] bf16 layout (the controllers' and storage manager's),
@@ -47,6 +48,9 @@ def _install():
         def __init__(self, config, l1_memory_desc=None):
             base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
             self._standin_dir = tempfile.mkdtemp(prefix="fgds-upstream-", dir=base)
+            # LMCache's tests do not close every adapter they make: the slab's
+            # directory goes at the latest when the adapter or the interpreter does.
+            weakref.finalize(self, shutil.rmtree, self._standin_dir, True)
             params = {
                 "path": os.path.join(self._standin_dir, "kv.slab"),
                 "capacity_bytes": max(int(config.max_size_gb * (1 << 30)), SLOT_SIZE),
