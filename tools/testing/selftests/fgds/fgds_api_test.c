@@ -509,8 +509,9 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 		if (fgds_unreg(self->fd, cookie))
 			_exit(16);
 		after = cg_read("memory.current");
-		printf("# memory.current: %lld, %lld after REG of %llu MiB (documented: +%llu), %lld after UNREG\n",
-		       base, grown, (unsigned long long)(size >> 20),
+		printf("# memory.current: %lld, %lld after REG of %llu MiB",
+		       base, grown, (unsigned long long)(size >> 20));
+		printf(" (documented: +%llu), %lld after UNREG\n",
 		       (unsigned long long)cost, after);
 		fflush(stdout);
 		/* The charge, give or take the test's own allocations. */
@@ -522,8 +523,13 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status));
+	/*
+	 * 10-11: cgroup setup, 12: REG over memory.max was not ENOMEM, 13: it
+	 * left something, 14-16: REG/UNREG failed, 17: the charge was not the
+	 * documented cost, 18: UNREG did not give it back.
+	 */
 	EXPECT_EQ(0, WEXITSTATUS(status))
-		TH_LOG("10-11: cgroup setup, 12: REG over memory.max was not ENOMEM, 13: it left something, 14-16: REG/UNREG failed, 17: the charge was not the documented cost, 18: UNREG did not give it back");
+		TH_LOG("child failed at step %d (see the comment above)", WEXITSTATUS(status));
 	EXPECT_EQ(memmap0, fgds_memmap_pages());
 	close(dmabuf);
 	rmdir(CG);
