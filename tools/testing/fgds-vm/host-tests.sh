@@ -150,7 +150,18 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 			reason=$(skip_reason "$name")
 			echo "ok $n python: $name # SKIP${reason:+ $reason}"
 			;;
-		*) notok "python: $name" ;;
+		*)
+			notok "python: $name"
+			# Why: pytest's short summary line of it (-ra), and the
+			# last lines of its report.
+			grep -F -- "${name#*/}" "$tmp/pytest.log" | grep -E '^(FAILED|ERROR) ' |
+				cut -c1-600 | sed 's/^/# /'
+			awk -v t="${name##*::}" 'index($0, "_ " t " _") { on = 1; n = 0 }
+				on && /^(_____| *=====)/ && !index($0, t) { on = 0 }
+				on { l[n++ % 25] = $0 }
+				END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print "# " l[i % 25] }' \
+				"$tmp/pytest.log"
+			;;
 		esac
 	done < <(sed -n 's/^\([^ ]*\.py[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
 	if [ $rc -ne 0 ] && ! grep -qE ' (FAILED|ERROR)' "$tmp/pytest.log"; then
