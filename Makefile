@@ -6,6 +6,9 @@
 #                 NVMe into the GPU stand-in and verify it from the host
 #   make check    every test (host side, then in the VM on the debug kernel),
 #                 ending with "N passed, N failed"
+#   make stress   the VM's bounded tests run longer than make check runs them
+#                 (fgds_stress 600 s, fgds_fuzz up to 800 s, 100 rebinds of
+#                 the exporter), on the debug kernel; not part of CI
 #
 # FGDS_KCONFIG=release|debug picks the kernel configuration (demo: release,
 # check: debug). Everything is built under build/ (ignored by git).
@@ -13,7 +16,7 @@
 VM := tools/testing/fgds-vm
 BENCH := tools/testing/fgds-bench
 
-.PHONY: demo check bench bench-host bench-report toolchain kernel tests host-check clean distclean \
+.PHONY: demo check stress bench bench-host bench-report toolchain kernel tests host-check clean distclean \
 	series series-check series-plan-check
 
 demo:
@@ -21,6 +24,10 @@ demo:
 
 check:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) $(VM)/check.sh
+
+stress:
+	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) FGDS_STRESS=1 FGDS_VM_TIMEOUT=5400 \
+		FGDS_TESTS=fgds_stress,fgds_fuzz,fgds_exporter_test $(VM)/run-vm.sh check
 
 # The driver's figures and the in-VM suite (every path side by side), on the
 # release kernel; the driver's figures in build/bench/vm-driver.json, the

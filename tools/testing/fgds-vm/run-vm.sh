@@ -29,6 +29,7 @@
 #                    but idle, after which the guest counts as stalled
 #                    (default 300; 0: never)
 #   FGDS_TESTS       a,b: run only those selftests in check mode (for developers)
+#   FGDS_STRESS      1: check mode runs the bounded tests longer (make stress)
 #   FGDS_VM_BUILT    path of a bzImage built for FGDS_KCONFIG together with
 #                    the test programs: skips both builds (check.sh sets it)
 #
@@ -175,6 +176,8 @@ append+=" highres=off lapic=notscdeadline"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg$iommu_args"
 # FGDS_TESTS=a,b: only those selftests (a developer's shortcut; make check runs all).
 [ -z "${FGDS_TESTS:-}" ] || append+=" fgdsvm.tests=$FGDS_TESTS"
+# FGDS_STRESS=1: the bounded tests run longer (make stress; guest/check.sh).
+[ "${FGDS_STRESS:-0}" != 1 ] || append+=" fgdsvm.stress=1"
 
 boot() {
 	: >"$log"

@@ -4,13 +4,23 @@
 # /fgds/out/tap/<name>.tap (and the console), then a kmemleak scan.
 # FGDS_TESTS (from the host's FGDS_TESTS, comma separated) runs only those;
 # FGDS_GUEST_TESTS is another mode's own list (guest/iommu.sh).
+# FGDS_STRESS=1 (make stress) runs the bounded tests longer: the stress
+# run 600 s (make check: 40), the fuzzer up to 800 s and 1,000,000 calls
+# (100,000 or 300 s), 100 rebinds of the exporter (20).
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
+
+if [ "${FGDS_STRESS:-0}" = 1 ]; then
+	export FGDS_STRESS_SECONDS=600 FGDS_FUZZ_SECONDS=800 FGDS_FUZZ_ITERS=1000000
+	export FGDS_REBIND_ROUNDS=100
+fi
 
 bin=/fgds/tests-bin-$FGDS_KCONFIG
 mkdir -p /fgds/out/tap
 for t in ${FGDS_TESTS:-${FGDS_GUEST_TESTS:-$(cat $bin/TESTS)}}; do
 	echo "fgds-guest: running $t"
+	t0=$(date +%s)
 	(cd $bin && timeout 1800 ./$t) 2>&1 | tee /fgds/out/tap/$t.tap
+	echo "fgds-guest: $t took $(($(date +%s) - t0)) s"
 done
 
 if [ -e /sys/kernel/debug/kmemleak ]; then
