@@ -12,8 +12,10 @@ jobs=${CARGO_BUILD_JOBS:-1}
 if [ ! -x "$venv/bin/python" ]; then
 	python3 -m venv "$venv"
 fi
+# cufile-python (pure Python, 5 kB): for tools/fgds/tests/cufile_python.py,
+# which host-tests.sh runs under fgds run with this venv.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-	"maturin>=1.5,<2" pytest numpy safetensors
+	"maturin>=1.5,<2" pytest numpy safetensors cufile-python==0.2.0
 
 # --- Packages the adapters are tested against (one block, one install each) ---
 # torch: PyPI's only Linux x86_64 wheel is the CUDA build, which imports (and
@@ -100,6 +102,8 @@ fi
 export FGDS_LMCACHE_TESTS="$lmc_tests/tests"
 # --- end of that block ---
 
+# The CLI and libcufile.so go into the wheel (stage-native.sh).
+CARGO_BUILD_JOBS=$jobs "$here/stage-native.sh"
 rm -rf "$root/build/python-wheels"
 (cd "$here" && "$venv/bin/maturin" build --release -j "$jobs" \
 	--compatibility off -o "$root/build/python-wheels" -i "$venv/bin/python")

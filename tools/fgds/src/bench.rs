@@ -100,31 +100,11 @@ pub enum Mem {
     Cuda,
 }
 
+/// A size on the command line: the spellings of the `FGDS_*` variables
+/// (`fgds::env::parse_size`: `1048576`, `1M`, `1MiB`, `4g`, `1T`).
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let m = match s[i..]
-                .to_ascii_lowercase()
-                .trim_end_matches("ib")
-                .trim_end_matches('b')
-            {
-                "" => 1,
-                "k" => 1 << 10,
-                "m" => 1 << 20,
-                "g" => 1 << 30,
-                "t" => 1u64 << 40,
-                u => return Err(format!("unknown unit {u:?}")),
-            };
-            (&s[..i], m)
-        }
-        None => (s, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .map_err(|e| format!("{s:?}: {e}"))?
-        .checked_mul(mul)
-        .ok_or_else(|| format!("{s:?} is too large"))
+    fgds::env::parse_size(s)
+        .ok_or_else(|| format!("{s:?}: not a size in bytes (1048576, 1M, 1MiB, 4G)"))
 }
 
 #[derive(Args, Debug, Clone)]

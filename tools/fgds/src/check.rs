@@ -574,6 +574,10 @@ fn config_report() -> ConfigReport {
             "FGDS_QUEUE_DEPTH" => e.queue_depth.to_string(),
             "FGDS_THREADS" => e.threads.to_string(),
             "FGDS_IO_URING" => u8::from(e.use_io_uring).to_string(),
+            "FGDS_DIRECT" => u8::from(e.direct).to_string(),
+            "FGDS_PARALLEL" => e.parallel.to_string(),
+            "FGDS_BOUNCE_READ" => format!("{:?}", e.bounce_read).to_ascii_lowercase(),
+            "FGDS_LOG" => format!("{:?}", e.log).to_ascii_lowercase(),
             _ => String::new(),
         }
     };
@@ -583,12 +587,23 @@ fn config_report() -> ConfigReport {
             .map(|v| ConfigVar {
                 name: v.name,
                 value: value(v.name),
-                set: e.set.iter().any(|(n, _)| *n == v.name),
+                set: e.is_set(v.name),
                 given: e
                     .set
                     .iter()
-                    .find(|(n, _)| *n == v.name)
-                    .map(|(_, g)| g.clone()),
+                    .find(|(n, _)| {
+                        *n == v.name
+                            || fgds::env::ALIASES
+                                .iter()
+                                .any(|a| a.name == *n && a.of == v.name)
+                    })
+                    .map(|(n, g)| {
+                        if *n == v.name {
+                            g.clone()
+                        } else {
+                            format!("{n}={g}")
+                        }
+                    }),
                 default: v.default,
                 meaning: v.meaning,
             })

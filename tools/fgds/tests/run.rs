@@ -4,17 +4,26 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The version fgds's libcufile says it is (`cuFileGetVersion`).
+const CUFILE_VERSION: &str = "1200";
+
 fn fgds() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fgds"))
 }
 
-/// fgds's libcufile.so when the workspace built it (`cargo test --workspace`).
-fn built_lib() -> Option<PathBuf> {
+/// A library the workspace built (`cargo test --workspace`): `deps/`, where
+/// `cargo test` leaves it, before the profile folder, where an older one may lie.
+fn built(name: &str) -> Option<PathBuf> {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_fgds"));
     let dir = exe.parent()?;
-    [dir.join("deps/libcufile.so"), dir.join("libcufile.so")]
+    [dir.join("deps").join(name), dir.join(name)]
         .into_iter()
         .find(|p| p.is_file())
+}
+
+/// fgds's libcufile.so when the workspace built it.
+fn built_lib() -> Option<PathBuf> {
+    built("libcufile.so")
 }
 
 #[test]
@@ -23,7 +32,7 @@ fn run_sets_the_library_path_and_preload_and_passes_the_status() {
     let lib = d.path().join("libcufile.so");
     std::fs::write(&lib, b"").unwrap();
     let out = fgds()
-        .args(["run", "--no-preload", "--strict", "--lib"])
+        .args(["run", "--no-preload", "--no-audit", "--strict", "--lib"])
         .arg(&lib)
         .args([
             "--",
@@ -70,6 +79,174 @@ fn run_errors_are_clear() {
     );
     let out = fgds().args(["run"]).output().unwrap();
     assert!(!out.status.success());
+    // No audit module where it is looked for (a copy of fgds alone in a
+    // folder): named, with the way out.
+    let d = tempfile::tempdir().unwrap();
+    let lib = d.path().join("libcufile.so");
+    std::fs::write(&lib, b"").unwrap();
+    let lone = d.path().join("bin");
+    std::fs::create_dir(&lone).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_fgds"), lone.join("fgds")).unwrap();
+    let out = Command::new(lone.join("fgds"))
+        .args(["run", "--lib"])
+        .arg(&lib)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("libfgds_audit.so (fgds's LD_AUDIT module") && e.contains("--no-audit"),
+        "{e}"
+    );
+    let out = fgds()
+        .args(["run", "--audit", "/nonexistent/a.so", "--lib"])
+        .arg(&lib)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--audit /nonexistent/a.so: no such file"), "{e}");
+}
+
+/// Builds `tests/dlopen_cufile.c` linked against a stand-in of NVIDIA's
+/// `libcufile.so.0` (`tests/fake_cufile.c`) with an `RPATH` to it, as a
+/// program built against NVIDIA's library: (the folder, the program, the
+/// stand-in's folder).
+fn dlopen_program() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let nv = d.path().join("nvidia");
+    std::fs::create_dir(&nv).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let cc = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror"])
+            .args(args)
+            .output()
+            .expect("cc (apt-get install gcc)");
+        assert!(out.status.success(), "cc: {out:?}");
+    };
+    let fake = nv.join("libcufile.so.0");
+    cc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-Wl,-soname,libcufile.so.0".as_ref(),
+        src.join("fake_cufile.c").as_os_str(),
+        "-o".as_ref(),
+        fake.as_os_str(),
+    ]);
+    std::os::unix::fs::symlink("libcufile.so.0", nv.join("libcufile.so")).unwrap();
+    let prog = d.path().join("dlopen_cufile");
+    let rpath = format!("-Wl,--disable-new-dtags,-rpath,{}", nv.display());
+    let libdir = format!("-L{}", nv.display());
+    cc(&[
+        src.join("dlopen_cufile.c").as_os_str(),
+        "-o".as_ref(),
+        prog.as_os_str(),
+        libdir.as_ref(),
+        "-l:libcufile.so.0".as_ref(),
+        rpath.as_ref(),
+        "-ldl".as_ref(),
+    ]);
+    (d, prog, nv)
+}
+
+#[test]
+fn every_way_of_loading_libcufile_gets_fgds() {
+    let (Some(lib), Some(_)) = (built_lib(), built("libfgds_audit.so")) else {
+        eprintln!("skipped: libcufile.so not built (run cargo test --workspace)");
+        return;
+    };
+    let (_d, prog, nv) = dlopen_program();
+    let abs = nv.join("libcufile.so.0");
+    let abs = abs.to_str().unwrap();
+    let ways = ["libcufile.so.0", "libcufile.so", abs];
+    let lines = |out: std::process::Output| {
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    // Alone, every way finds the stand-in (else the test could not fail).
+    let alone = lines(
+        Command::new(&prog)
+            .args(ways)
+            .env_remove("LD_PRELOAD")
+            .env_remove("LD_AUDIT")
+            .env_remove("LD_LIBRARY_PATH")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        alone,
+        ["linked", ways[0], ways[1], ways[2]].map(|w| format!("{w} other 99999")),
+        "without fgds run"
+    );
+    let fgds_version = {
+        let out = fgds()
+            .args(["run", "--lib"])
+            .arg(&lib)
+            .args(["--", "python3", "-c"])
+            .arg(
+                "import ctypes; v = ctypes.c_int(); \
+                 ctypes.CDLL('libcufile.so.0').cuFileGetVersion(ctypes.byref(v)); print(v.value)",
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for extra in [&[][..], &["--no-preload"][..]] {
+        let got = lines(
+            fgds()
+                .arg("run")
+                .args(extra)
+                .arg("--lib")
+                .arg(&lib)
+                .arg("--")
+                .arg(&prog)
+                .args(ways)
+                .env_remove("LD_PRELOAD")
+                .env_remove("LD_AUDIT")
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(
+            got,
+            ["linked", ways[0], ways[1], ways[2]].map(|w| format!("{w} fgds {fgds_version}")),
+            "fgds run {extra:?}"
+        );
+    }
+    // Without the audit module, the RPATH and the absolute path reach the
+    // stand-in: what the module is for.
+    let got = lines(
+        fgds()
+            .args(["run", "--no-audit", "--lib"])
+            .arg(&lib)
+            .arg("--")
+            .arg(&prog)
+            .args(ways)
+            .env_remove("LD_PRELOAD")
+            .env_remove("LD_AUDIT")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        got[..2],
+        [
+            format!("linked fgds {fgds_version}"),
+            format!("libcufile.so.0 fgds {fgds_version}")
+        ]
+    );
+    assert_eq!(
+        got[2..],
+        [
+            "libcufile.so other 99999".to_string(),
+            format!("{abs} other 99999")
+        ]
+    );
 }
 
 #[test]
@@ -78,10 +255,13 @@ fn a_program_loading_libcufile_gets_fgds() {
         eprintln!("skipped: libcufile.so not built (run cargo test --workspace)");
         return;
     };
-    // dlopen("libcufile.so.0"), as KvikIO does, by preload and by library path.
-    let code = "import ctypes; l = ctypes.CDLL('libcufile.so.0'); v = ctypes.c_int(); \
+    // dlopen("libcufile.so.0"), as KvikIO does, and "libcufile.so", as
+    // cufile-python does, by preload, audit module and library path.
+    let code = "import ctypes\n\
+                for n in ('libcufile.so.0', 'libcufile.so'):\n    \
+                l = ctypes.CDLL(n); v = ctypes.c_int()\n    \
                 r = l.cuFileGetVersion(ctypes.byref(v)); print(r, v.value)";
-    for extra in [&[][..], &["--no-preload"][..]] {
+    for extra in [&[][..], &["--no-preload"][..], &["--no-audit"][..]] {
         let out = fgds()
             .arg("run")
             .args(extra)
@@ -93,7 +273,7 @@ fn a_program_loading_libcufile_gets_fgds() {
         assert!(out.status.success(), "{out:?}");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
-            "0 1170",
+            format!("0 {CUFILE_VERSION}\n0 {CUFILE_VERSION}"),
             "{out:?}"
         );
     }

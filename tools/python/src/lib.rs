@@ -1513,8 +1513,8 @@ fn strerror(code: i32) -> &'static str {
 
 /// `config() -> dict`: the defaults in force, from the `FGDS_*`
 /// environment variables read once per process (`strict`, `chunk_size`,
-/// `queue_depth`, `threads`, `use_io_uring`, `parallel`, `split_size`, `bounce_chunk_size`,
-/// `bounce_split_size`, `bounce_read`), with `set` (the variables
+/// `queue_depth`, `threads`, `use_io_uring`, `direct`, `log`, `parallel`,
+/// `split_size`, `bounce_chunk_size`, `bounce_split_size`, `bounce_read`), with `set` (the variables
 /// set and their values) and `errors` (one message per bad value; opening
 /// a file then fails with it).
 #[pyfunction]
@@ -1526,6 +1526,15 @@ fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("queue_depth", e.queue_depth)?;
     d.set_item("threads", e.threads)?;
     d.set_item("use_io_uring", e.use_io_uring)?;
+    d.set_item("direct", e.direct)?;
+    d.set_item(
+        "log",
+        match e.log {
+            fgds::env::LogLevel::Off => "off",
+            fgds::env::LogLevel::Info => "info",
+            fgds::env::LogLevel::Debug => "debug",
+        },
+    )?;
     d.set_item("parallel", e.parallel)?;
     d.set_item("split_size", e.split_size)?;
     d.set_item("bounce_chunk_size", e.bounce_chunk_size)?;

@@ -94,3 +94,21 @@ def test_bad_value_is_a_clear_error(tmpdir_ext4):
     assert out["config"]["errors"] and "FGDS_QUEUE_DEPTH" in out["config"]["errors"][0]
     code, msg = out["open"]
     assert code == 22 and 'FGDS_QUEUE_DEPTH="lots"' in msg, msg
+
+
+def test_one_settings_module_spellings_aliases_and_errors(tmpdir_ext4):
+    """The library's FGDS_* parser (shared with libcufile): every size
+    spelling, booleans in any case, the aliases, one message per bad value."""
+    out = run(tmpdir_ext4, FGDS_CHUNK_SIZE="1MiB", FGDS_STRICT="TRUE", FGDS_NO_DIRECT="yes",
+              FGDS_LOG="Debug")
+    c = out["config"]
+    assert c["chunk_size"] == 1 << 20 and c["strict"] is True
+    assert c["direct"] is False and c["log"] == "debug"
+    assert c["errors"] == []
+    out = run(tmpdir_ext4, FGDS_CHUNK_SIZE="1048576", FGDS_IO_URING="off")
+    assert out["config"]["chunk_size"] == 1 << 20 and out["config"]["use_io_uring"] is False
+    out = run(tmpdir_ext4, FGDS_CHUNK_SIZE="1MiX", FGDS_DIRECT="on", FGDS_NO_DIRECT="1")
+    errs = out["config"]["errors"]
+    assert any(e.startswith('FGDS_CHUNK_SIZE="1MiX": not a size in bytes') for e in errs), errs
+    assert any("FGDS_DIRECT=\"on\" and FGDS_NO_DIRECT=\"1\" say the opposite" in e for e in errs), errs
+    assert out["open"][0] == 22 and "FGDS_CHUNK_SIZE" in out["open"][1]

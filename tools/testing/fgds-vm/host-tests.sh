@@ -169,6 +169,36 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 	fi
 fi
 
+# Real cuFile users under fgds run (tools/fgds/tests/cufile_python.py), on
+# host memory, every byte checked: cufile-python's CDLL("libcufile.so") and
+# LMCache's cufile GDS backend, with the fgds and libcufile.so cargo test
+# built and the packages run-tests.sh installed in build/python-venv. A few
+# seconds.
+fgdsbin=$FGDS_TOP/tools/target/release/fgds
+cflib=$FGDS_TOP/tools/target/release/deps/libcufile.so
+pyvenv=$FGDS_TOP/build/python-venv/bin/python
+for what in cufile-python lmcache; do
+	if [ "${FGDS_SKIP_CARGO:-0}" = 1 ] || [ "${FGDS_SKIP_PYTHON:-0}" = 1 ] ||
+		[ ! -x "$fgdsbin" ] || [ ! -f "$cflib" ] || [ ! -x "$pyvenv" ]; then
+		n=$((n + 1)); echo "ok $n fgds run: $what on fgds's libcufile # SKIP no fgds, libcufile.so or build/python-venv (cargo or Python tests skipped)"
+		continue
+	fi
+	# O_DIRECT: /var/tmp (on disk), not a tmpfs /tmp
+	data=$(mktemp -d -p /var/tmp fgds-cufile.XXXXXX)
+	out=$("$fgdsbin" run --lib "$cflib" -- "$pyvenv" "$FGDS_TOP/tools/fgds/tests/cufile_python.py" \
+		"$what" "$data" 2>&1)
+	rc=$?
+	rm -rf "$data"
+	echo "$out" | sed 's/^/# /'
+	if [ $rc = 77 ]; then
+		n=$((n + 1)); echo "ok $n fgds run: $what on fgds's libcufile # SKIP $(echo "$out" | sed -n 's/^skip: //p' | head -n1)"
+	elif [ $rc = 0 ]; then
+		ok "fgds run: $what on fgds's libcufile"
+	else
+		notok "fgds run: $what on fgds's libcufile"
+	fi
+done
+
 # tap-summary: a "not ok ... # TODO" (a known failure, as the series check
 # reports findings its plan knows of) is listed, not failed.
 printf '1..2\nok 1 a\nnot ok 2 b # TODO known\n' >"$tmp/todo.tap"

@@ -1,11 +1,24 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * cufile.h - the C interface of fgds's libcufile.so.0 (tools/lib/cufile):
- * NVIDIA cuFile's API and ABI (version 1.17: the same function names,
- * argument and return types, enum values and struct layouts), written
- * from cuFile's documented API for programs built against it. Programs
- * built with NVIDIA's cufile.h run on this library unchanged, and the
- * other way round.
+ * NVIDIA cuFile's API and ABI (versions 1.15 to 1.20: the same function
+ * names, argument and return types, enum values and struct layouts),
+ * written from cuFile's documented API for programs built against it.
+ * Programs built with NVIDIA's cufile.h run on this library unchanged, and
+ * the other way round. tests/nvidia_abi.rs compares this header with
+ * NVIDIA's of each version (downloaded from PyPI by the test): every
+ * function, enumerator, integer macro, struct size and member offset.
+ *
+ * The one layout that changed between versions is the statistics':
+ * cuFile 1.19 added cuFileReadv/cuFileWritev counters to
+ * CUfileStatsLevel1_t (512 bytes before, 624 since), which moves every
+ * field after it in levels 2 and 3. This header gives the layout of
+ * FGDS_CUFILE_VERSION (1000 * major + 10 * minor; 1200 unless defined
+ * before the include), and the library writes the layout of the version it
+ * presents (cuFileGetVersion): the environment's FGDS_CUFILE_VERSION
+ * (1.15 to 1.20, or 1150 to 1200; 1.20 by default). A program built
+ * against cuFile 1.18 or older and reading statistics runs with
+ * FGDS_CUFILE_VERSION=1.18 (or its own version).
  *
  * Return conventions (as cuFile's): functions returning CUfileError_t
  * put a CUfileOpError in .err (CU_FILE_SUCCESS on success) and, for
@@ -33,6 +46,10 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+#ifndef FGDS_CUFILE_VERSION
+#define FGDS_CUFILE_VERSION 1200
 #endif
 
 /* The CUDA driver types the API uses; cuda.h's own when it came first. */
@@ -106,6 +123,15 @@ typedef struct CUfileError {
 #define IS_CUDA_ERR(status) ((status).err == CU_FILE_CUDA_DRIVER_ERROR)
 #define CU_FILE_CUDA_ERR(status) ((status).cu_err)
 
+/* fgds's description of a code (positive or negative; the library's one
+ * table, as cuFile's CUFILE_ERRSTR text), static. */
+const char *cuFileOpErrorStringFGDS(int code);
+static inline const char *cufileop_status_error(CUfileOpError status)
+{
+	return cuFileOpErrorStringFGDS((int)status);
+}
+#define CUFILE_ERRSTR(err) cufileop_status_error((CUfileOpError)abs((err)))
+
 /* Bit numbers of CUfileDrvProps_t.nvfs.dstatusflags. */
 typedef enum CUfileDriverStatusFlags {
 	CU_FILE_LUSTRE_SUPPORTED = 0,
@@ -121,6 +147,9 @@ typedef enum CUfileDriverStatusFlags {
 	CU_FILE_NVME_P2P_SUPPORTED = 11,
 	CU_FILE_SCATEFS_SUPPORTED = 12,
 	CU_FILE_VIRTIOFS_SUPPORTED = 13,
+#if FGDS_CUFILE_VERSION >= 1190
+	CU_FILE_PANFS_SUPPORTED = 14,
+#endif
 	CU_FILE_MAX_TARGET_TYPES,
 } CUfileDriverStatusFlags_t;
 
@@ -128,7 +157,8 @@ typedef enum CUfileDriverStatusFlags {
 typedef enum CUfileDriverControlFlags {
 	CU_FILE_USE_POLL_MODE = 0,
 	CU_FILE_ALLOW_COMPAT_MODE = 1,	/* fgds: the bounce path is allowed (not strict) */
-	CU_FILE_POSIX_IO_MODE = 2,	/* fgds: no fgds node: GPU memory always bounces */
+	CU_FILE_VANILLA_POSIX_IO_MODE = 2,	/* fgds: no fgds node: GPU memory always bounces */
+	CU_FILE_POSIX_IO_MODE = CU_FILE_VANILLA_POSIX_IO_MODE,	/* its name before 1.19 */
 	CU_FILE_FALLBACK_IO_MODE = 4,	/* fgds: some I/O of this process bounced */
 } CUfileDriverControlFlags_t;
 
@@ -140,6 +170,23 @@ typedef enum CUfileFeatureFlags {
 	CU_FILE_PARALLEL_IO_SUPPORTED = 3,
 	CU_FILE_P2P_SUPPORTED = 4,	/* fgds: an fgds node serves a GPU */
 } CUfileFeatureFlags_t;
+
+/* How a file system's I/O reaches GPU memory (cuFileDriverGetP2PFlags,
+ * cuFileDriverSetP2PFlags): bit numbers. fgds does CUFILE_P2PDMA: the
+ * kernel's PCI P2PDMA, with the GPU memory a dma-buf registered on
+ * /dev/fgdsN. */
+typedef enum CUfileP2PFlags {
+	CUFILE_P2PDMA = 0,
+	CUFILE_NVFS = 1,
+	CUFILE_DMABUF = 2,
+	CUFILE_C2C = 3,
+	CUFILE_NVIDIA_PEERMEM = 4,
+} CUfileP2PFlags_t;
+
+#define CU_FILE_P2P_FLAG_PCI_P2PDMA	((CUfileP2PFlags_t)(1 << CUFILE_P2PDMA))
+#define CU_FILE_P2P_FLAG_NVFS		((CUfileP2PFlags_t)(1 << CUFILE_NVFS))
+#define CU_FILE_P2P_FLAG_DMABUF		((CUfileP2PFlags_t)(1 << CUFILE_DMABUF))
+#define CU_FILE_P2P_FLAG_C2C		((CUfileP2PFlags_t)(1 << CUFILE_C2C))
 
 typedef enum CUfileOpcode {
 	CUFILE_READ = 0,
@@ -163,6 +210,36 @@ typedef struct CUfileDrvProps {
 	unsigned int max_batch_io_timeout_msecs;
 } CUfileDrvProps_t;
 
+/* RDMA and user-space file systems (declared for cuFile's ABI; fgds
+ * supports neither: cuFileHandleRegister refuses CU_FILE_HANDLE_TYPE_USERSPACE_FS). */
+typedef struct sockaddr sockaddr_t;
+
+typedef struct cufileRDMAInfo {
+	int version;
+	int desc_len;
+	const char *desc_str;
+} cufileRDMAInfo_t;
+
+#define CU_FILE_RDMA_REGISTER		1
+#define CU_FILE_RDMA_RELAXED_ORDERING	(1 << 1)
+
+#if FGDS_CUFILE_VERSION >= 1190
+#define CU_FILE_RDMA_ERR_BASE		6000
+#define CU_FILE_RDMA_SUCCESS		0
+#define CU_FILE_RDMA_RESET_TOKEN	(CU_FILE_RDMA_ERR_BASE + 1)
+#define CU_FILE_RDMA_RESET_TOKEN_FAILED	(CU_FILE_RDMA_ERR_BASE + 2)
+#endif
+
+typedef struct CUfileFSOps {
+	const char *(*fs_type)(const void *handle);
+	int (*getRDMADeviceList)(const void *handle, sockaddr_t **hostaddrs);
+	int (*getRDMADevicePriority)(const void *handle, char *, size_t, __loff_t,
+				     const sockaddr_t *hostaddr);
+	ssize_t (*read)(const void *handle, char *, size_t, __loff_t, const cufileRDMAInfo_t *);
+	ssize_t (*write)(const void *handle, const char *, size_t, __loff_t,
+			 const cufileRDMAInfo_t *);
+} CUfileFSOps_t;
+
 enum CUfileFileHandleType {
 	CU_FILE_HANDLE_TYPE_OPAQUE_FD = 1,	/* a Linux file descriptor: the only one supported */
 	CU_FILE_HANDLE_TYPE_OPAQUE_WIN32 = 2,
@@ -175,7 +252,7 @@ typedef struct CUfileDescr_t {
 		int fd;
 		void *handle;
 	} handle;
-	const void *fs_ops;	/* user-space file systems: unsupported, ignored */
+	const CUfileFSOps_t *fs_ops;	/* user-space file systems: unsupported, ignored */
 } CUfileDescr_t;
 
 typedef void *CUfileHandle_t;
@@ -189,6 +266,21 @@ ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size,
 ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size,
 		    off_t file_offset, off_t bufPtr_offset);
 
+/* cuFile 1.19's vectored I/O, on fgds's vectored engine (one call, the
+ * segments in order from file_offset on; each base device or host memory,
+ * registered or not, any alignment). flags must be 0. Returns as cuFileRead:
+ * bytes (fewer at the end of the file), -1 with errno, or -CU_FILE_*. At
+ * most 1024 segments (FGDS_IOV_MAX). */
+typedef struct CUfileIOVec {
+	void *base;
+	size_t len;
+} CUfileIOVec_t;
+
+ssize_t cuFileReadv(CUfileHandle_t fh, const CUfileIOVec_t *iov, size_t iovcnt,
+		    off_t file_offset, unsigned flags);
+ssize_t cuFileWritev(CUfileHandle_t fh, const CUfileIOVec_t *iov, size_t iovcnt,
+		     off_t file_offset, unsigned flags);
+
 CUfileError_t cuFileDriverOpen(void);
 /* Programs built with this header call cuFileDriverClose_v2, as with cuFile's. */
 CUfileError_t cuFileDriverClose_v2(void);
@@ -200,6 +292,23 @@ CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size);
 CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size);
 CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size);
 CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size);
+
+/* How a file system type's I/O reaches GPU memory: for
+ * CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_PCI_P2PDMA (what fgds does)
+ * where an fgds node serves a GPU, else 0; for other types 0. Set accepts
+ * exactly that value for NVMe (anything else: CU_FILE_INVALID_VALUE; other
+ * types: CU_FILE_PLATFORM_NOT_SUPPORTED). */
+CUfileError_t cuFileDriverGetP2PFlags(CUfileDriverStatusFlags_t status_flag,
+				      CUfileP2PFlags_t *p2p_flags);
+CUfileError_t cuFileDriverSetP2PFlags(CUfileDriverStatusFlags_t status_flag,
+				      CUfileP2PFlags_t p2p_flags);
+/* The BAR size (KiB) of the gpuIndex-th GPU an fgds node serves (in
+ * /dev/fgdsN order): the largest BAR its node lists.
+ * CU_FILE_DEVICE_NOT_FOUND for an index without one. */
+CUfileError_t cuFileGetBARSizeInKB(int gpuIndex, size_t *barSize);
+/* Writes the GPUs fgds nodes serve (node, PCI address, vendor, device,
+ * BARs) to filename as JSON. */
+CUfileError_t cuFileExportPCIeTopology(const char *filename);
 
 typedef enum CUFILEStatus_enum {
 	CUFILE_WAITING = 0x000001,
@@ -262,12 +371,13 @@ CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base, size_t *siz
 CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags);
 CUfileError_t cuFileStreamDeregister(CUstream stream);
 
-/* 1000 * major + 10 * minor: 1170 here. */
+/* 1000 * major + 10 * minor: 1200, or what FGDS_CUFILE_VERSION (the
+ * environment) sets. */
 CUfileError_t cuFileGetVersion(int *version);
 
 
 /*
- * Parameters (cuFile 1.17's parameter API). Set* stage a value until the
+ * Parameters (cuFile's parameter API, 1.15 to 1.20). Set* stage a value until the
  * driver opens (CU_FILE_DRIVER_ALREADY_OPEN afterwards: this library's
  * driver opens at cuFileDriverOpen or the first call of any function
  * outside the parameter API); a staged value wins over FGDS_* and
@@ -278,8 +388,8 @@ CUfileError_t cuFileGetVersion(int *version);
  *   PROPERTIES_MAX_DIRECT_IO_SIZE_KB the chunk size in KiB (a cap)
  *   PROPERTIES_IO_BATCHSIZE          largest cuFileBatchIOSetUp (1-4096)
  *   PROPERTIES_ALLOW_COMPAT_MODE     false: strict (FGDS_STRICT=1)
- *   FORCE_COMPAT_MODE                true: never O_DIRECT (FGDS_NO_DIRECT=1)
- *   PREFER_IO_URING                  false: pread/pwrite (FGDS_NO_IO_URING=1)
+ *   FORCE_COMPAT_MODE                true: never O_DIRECT (FGDS_DIRECT=0)
+ *   PREFER_IO_URING                  false: pread/pwrite (FGDS_IO_URING=0)
  *   PROPERTIES_ALLOW_SYSTEM_MEMORY,
  *   USE_PCIP2PDMA                    always true (false: not supported)
  *   LOGGING_LEVEL                    NONE/OFF, ERROR/WARN/NOTICE/INFO, DEBUG/TRACE
@@ -315,12 +425,19 @@ typedef enum CUFileBoolConfigParameter_t {
 	CUFILE_PARAM_FORCE_ODIRECT_MODE,
 	CUFILE_PARAM_SKIP_TOPOLOGY_DETECTION,
 	CUFILE_PARAM_STREAM_MEMOPS_BYPASS,
+#if FGDS_CUFILE_VERSION >= 1190
+	CUFILE_PARAM_PROPERTIES_POSIX_IO_MODE,
+	CUFILE_PARAM_GDS_FALLBACK_IO,
+#endif
 } CUFileBoolConfigParameter_t;
 
 typedef enum CUFileStringConfigParameter_t {
 	CUFILE_PARAM_LOGGING_LEVEL,
 	CUFILE_PARAM_ENV_LOGFILE_PATH,
 	CUFILE_PARAM_LOG_DIR,
+#if FGDS_CUFILE_VERSION >= 1190
+	CUFILE_PARAM_RDMA_TRANSPORT,
+#endif
 } CUFileStringConfigParameter_t;
 
 typedef enum CUFileArrayConfigParameter_t {
@@ -350,7 +467,7 @@ CUfileError_t cuFileGetParameterGpuBounceBufferSlabArray(size_t *size_values,
 							 size_t *count_values, int len);
 
 /*
- * Statistics (cuFile 1.17's layout). The level comes from cufile.json's
+ * Statistics (the layout of FGDS_CUFILE_VERSION, above). The level comes from cufile.json's
  * "profile": { "cufile_stats": N }, CUFILE_PARAM_PROFILE_STATS or
  * cuFileSetStatsLevel (0: off); counting runs while the level is above 0,
  * cuFileStatsStop pauses it and cuFileStatsStart (CU_FILE_INVALID_VALUE at
@@ -420,6 +537,21 @@ typedef struct CUfileStatsLevel1 {
 	uint64_t batch_completion_lat_sum_us;
 	uint64_t last_batch_read_bytes;
 	uint64_t last_batch_write_bytes;
+#if FGDS_CUFILE_VERSION >= 1190
+	/* cuFileReadv, cuFileWritev (cuFile 1.19) */
+	CUfileOpCounter_t readv_ops;
+	CUfileOpCounter_t writev_ops;
+	uint64_t readv_bytes;
+	uint64_t writev_bytes;
+	uint64_t readv_bw_bytes_per_sec;
+	uint64_t writev_bw_bytes_per_sec;
+	uint64_t readv_lat_avg_us;
+	uint64_t writev_lat_avg_us;
+	uint64_t readv_ops_per_sec;
+	uint64_t writev_ops_per_sec;
+	uint64_t readv_lat_sum_us;
+	uint64_t writev_lat_sum_us;
+#endif
 } CUfileStatsLevel1_t;
 
 typedef struct CUfileStatsLevel2 {

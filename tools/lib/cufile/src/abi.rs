@@ -1,5 +1,6 @@
 //! cuFile's C types and constants, as `include/cufile.h` declares them
-//! (cuFile 1.17's ABI: values and layouts from NVIDIA's documented API).
+//! (cuFile 1.15 to 1.20: values and layouts from NVIDIA's documented API;
+//! `tests/nvidia_abi.rs` holds the header to NVIDIA's of each version).
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_int, c_uint, c_void};
@@ -312,8 +313,12 @@ pub mod bool_param {
     pub const SKIP_TOPOLOGY_DETECTION: i32 = 10;
     /// `properties.stream_memops_bypass`.
     pub const STREAM_MEMOPS_BYPASS: i32 = 11;
+    /// `properties.posix_io_mode` (cuFile 1.19).
+    pub const PROPERTIES_POSIX_IO_MODE: i32 = 12;
+    /// `properties.gds_fallback_io` (cuFile 1.19).
+    pub const GDS_FALLBACK_IO: i32 = 13;
     /// Number of values.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
 }
 
 /// `CUFileStringConfigParameter_t`.
@@ -324,7 +329,26 @@ pub mod string_param {
     pub const ENV_LOGFILE_PATH: i32 = 1;
     /// `logging.dir`.
     pub const LOG_DIR: i32 = 2;
+    /// `rdma_transport` (cuFile 1.19).
+    pub const RDMA_TRANSPORT: i32 = 3;
 }
+
+/// `CUfileIOVec_t` (cuFile 1.19).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUfileIOVec_t {
+    /// Device or host memory.
+    pub base: *mut c_void,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// `CUfileP2PFlags_t`: `CUFILE_P2PDMA`, the kernel's PCI P2PDMA (fgds's).
+pub const CUFILE_P2PDMA: c_uint = 0;
+/// `CU_FILE_P2P_FLAG_PCI_P2PDMA`.
+pub const CU_FILE_P2P_FLAG_PCI_P2PDMA: c_uint = 1 << CUFILE_P2PDMA;
+/// `CU_FILE_MAX_TARGET_TYPES` of cuFile 1.19 and later.
+pub const CU_FILE_MAX_TARGET_TYPES: c_uint = 15;
 
 /// `CUFILE_GPU_UUID_LEN`.
 pub const CUFILE_GPU_UUID_LEN: usize = 16;
@@ -388,7 +412,24 @@ pub struct CUfileStatsLevel1_t {
     pub batch_completion_lat_sum_us: u64,
     pub last_batch_read_bytes: u64,
     pub last_batch_write_bytes: u64,
+    // cuFile 1.19 and later: cuFileReadv, cuFileWritev.
+    pub readv_ops: CUfileOpCounter_t,
+    pub writev_ops: CUfileOpCounter_t,
+    pub readv_bytes: u64,
+    pub writev_bytes: u64,
+    pub readv_bw_bytes_per_sec: u64,
+    pub writev_bw_bytes_per_sec: u64,
+    pub readv_lat_avg_us: u64,
+    pub writev_lat_avg_us: u64,
+    pub readv_ops_per_sec: u64,
+    pub writev_ops_per_sec: u64,
+    pub readv_lat_sum_us: u64,
+    pub writev_lat_sum_us: u64,
 }
+
+/// Bytes of `CUfileStatsLevel1_t` before cuFile 1.19 (without the vectored
+/// counters, which it appended).
+pub const STATS_L1_SIZE_BEFORE_1190: usize = 512;
 
 /// `CUfileStatsLevel2_t`.
 #[repr(C)]
@@ -471,16 +512,21 @@ mod tests {
         assert_eq!(offset_of!(CUfileIOParams_t, fh), 40);
         assert_eq!(offset_of!(CUfileIOParams_t, cookie), 56);
         assert_eq!(size_of::<CUfileIOEvents_t>(), 24);
-        // cuFile 1.17's statistics structs (checked against NVIDIA's
-        // header with gcc: sizeof and offsetof of these fields).
-        assert_eq!(size_of::<CUfileStatsLevel1_t>(), 512);
+        // cuFile 1.19's statistics structs (tests/nvidia_abi.rs checks the
+        // header against NVIDIA's; these, the Rust against those numbers).
+        assert_eq!(size_of::<CUfileStatsLevel1_t>(), 624);
         assert_eq!(offset_of!(CUfileStatsLevel1_t, batch_submit_ops), 176);
         assert_eq!(offset_of!(CUfileStatsLevel1_t, batch_read_bytes), 416);
-        assert_eq!(size_of::<CUfileStatsLevel2_t>(), 1024);
+        assert_eq!(
+            offset_of!(CUfileStatsLevel1_t, readv_ops),
+            STATS_L1_SIZE_BEFORE_1190
+        );
+        assert_eq!(size_of::<CUfileStatsLevel2_t>(), 1136);
         assert_eq!(size_of::<CUfilePerGpuStats_t>(), 248);
-        assert_eq!(offset_of!(CUfileStatsLevel3_t, num_gpus), 1024);
-        assert_eq!(offset_of!(CUfileStatsLevel3_t, per_gpu_stats), 1032);
-        assert_eq!(size_of::<CUfileStatsLevel3_t>(), 5000);
+        assert_eq!(offset_of!(CUfileStatsLevel3_t, num_gpus), 1136);
+        assert_eq!(offset_of!(CUfileStatsLevel3_t, per_gpu_stats), 1144);
+        assert_eq!(size_of::<CUfileStatsLevel3_t>(), 5112);
+        assert_eq!(size_of::<CUfileIOVec_t>(), 16);
         assert_eq!(
             op_error_str(-CU_FILE_HANDLE_NOT_REGISTERED),
             "file descriptor is not registered"

@@ -1,18 +1,12 @@
 //! Settings: `cufile.json` (the keys that change what fgds does) and the
-//! `FGDS_*` environment variables, which win.
+//! `FGDS_*` environment variables, which win. The variables are libfgds's
+//! own ([`fgds::env`]): the same names, values and messages here, in the
+//! library and in Python.
 
 use std::path::{Path, PathBuf};
 
-/// How much the library says on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    /// Nothing.
-    Off,
-    /// The path chosen at start and the first fallback of each handle.
-    Info,
-    /// Also every failed call.
-    Debug,
-}
+/// How much the library says on stderr (`FGDS_LOG`).
+pub use fgds::env::LogLevel;
 
 /// What the library runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +62,10 @@ pub enum ConfigError {
         /// Why.
         source: serde_json::Error,
     },
+    /// `FGDS_*` variables with bad values ([`fgds::env::Env::check`]'s
+    /// message, which names each).
+    #[error("{0}")]
+    Env(String),
     /// A key or variable with a value out of range or of the wrong type.
     #[error("{what}: {why}")]
     Value {
@@ -210,71 +208,18 @@ pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), Confi
     Ok(())
 }
 
-fn env_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
-    match v {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(ConfigError::Value {
-            what: name.into(),
-            why: format!("must be 0 or 1, is {v:?}"),
-        }),
-    }
-}
-
-/// `4096`, `64K`, `4M`, `1G` (powers of 1024).
-pub fn parse_size(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mul) = match v.char_indices().last()? {
-        (i, 'k' | 'K') => (&v[..i], 1u64 << 10),
-        (i, 'm' | 'M') => (&v[..i], 1 << 20),
-        (i, 'g' | 'G') => (&v[..i], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mul)
-}
-
-/// Applies the `FGDS_*` variables (`get` reads one): `FGDS_STRICT`,
-/// `FGDS_NO_DIRECT`, `FGDS_NO_IO_URING` (0/1), `FGDS_CHUNK_SIZE` (bytes,
-/// K/M/G suffixes), `FGDS_QUEUE_DEPTH`, `FGDS_LOG` (off, info, debug).
-pub fn apply_env(
-    s: &mut Settings,
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
-    if let Some(v) = get("FGDS_STRICT") {
-        s.fgds.strict = env_bool("FGDS_STRICT", &v)?;
-    }
-    if let Some(v) = get("FGDS_NO_DIRECT") {
-        s.fgds.disable_direct = env_bool("FGDS_NO_DIRECT", &v)?;
-    }
-    if let Some(v) = get("FGDS_NO_IO_URING") {
-        s.fgds.use_io_uring = !env_bool("FGDS_NO_IO_URING", &v)?;
-    }
-    if let Some(v) = get("FGDS_CHUNK_SIZE") {
-        s.fgds.chunk_size = parse_size(&v)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ConfigError::Value {
-                what: "FGDS_CHUNK_SIZE".into(),
-                why: format!("must be a size in bytes (4096, 64K, 4M), is {v:?}"),
-            })?;
-    }
-    if let Some(v) = get("FGDS_QUEUE_DEPTH") {
-        s.fgds.queue_depth = v.trim().parse().map_err(|_| ConfigError::Value {
-            what: "FGDS_QUEUE_DEPTH".into(),
-            why: format!("must be an integer in 1..=4096, is {v:?}"),
-        })?;
-    }
-    if let Some(v) = get("FGDS_LOG") {
-        s.log = match v.as_str() {
-            "0" | "off" | "none" => LogLevel::Off,
-            "1" | "info" => LogLevel::Info,
-            "2" | "debug" => LogLevel::Debug,
-            _ => {
-                return Err(ConfigError::Value {
-                    what: "FGDS_LOG".into(),
-                    why: format!("must be off, info or debug, is {v:?}"),
-                })
-            }
-        };
+/// Applies the `FGDS_*` variables that are set ([`fgds::env`]: every
+/// variable of the library, `FGDS_LOG`, and the aliases `FGDS_NO_DIRECT`
+/// and `FGDS_NO_IO_URING`) over what `cufile.json` set; a bad value is an
+/// error naming the variable.
+pub fn apply_env(s: &mut Settings, env: &fgds::env::Env) -> Result<(), ConfigError> {
+    env.check().map_err(|e| match e {
+        fgds::Error::InvalidArgument(m) => ConfigError::Env(m),
+        e => ConfigError::Env(e.to_string()),
+    })?;
+    env.apply_set(&mut s.fgds);
+    if env.is_set("FGDS_LOG") {
+        s.log = env.log;
     }
     s.fgds.validate().map_err(|e| ConfigError::Value {
         what: "configuration".into(),
@@ -295,7 +240,7 @@ pub fn load() -> Result<Settings, ConfigError> {
         Err(e) if !must && e.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => return Err(ConfigError::Read { path, source }),
     }
-    apply_env(&mut s, |k| std::env::var(k).ok())?;
+    apply_env(&mut s, fgds::env::env())?;
     Ok(s)
 }
 
@@ -359,27 +304,48 @@ mod tests {
         assert!(e.to_string().contains("must be true or false"), "{e}");
     }
 
+    fn env(vars: &[(&str, &str)]) -> fgds::env::Env {
+        fgds::env::Env::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
     #[test]
     fn env_wins_and_is_checked() {
         let mut s = Settings::default();
-        let env = |k: &str| match k {
-            "FGDS_STRICT" => Some("1".to_string()),
-            "FGDS_CHUNK_SIZE" => Some("4M".to_string()),
-            "FGDS_LOG" => Some("off".to_string()),
-            _ => None,
-        };
-        apply_env(&mut s, env).unwrap();
-        assert!(s.fgds.strict);
+        let nv = r#"{"properties": {"max_direct_io_size_kb": 256, "allow_compat_mode": true}}"#;
+        apply_json(&mut s, Path::new("c.json"), nv).unwrap();
+        assert_eq!(s.fgds.chunk_size, 256 << 10);
+        let e = env(&[
+            ("FGDS_STRICT", "TRUE"),
+            ("FGDS_CHUNK_SIZE", "4MiB"),
+            ("FGDS_LOG", "off"),
+            ("FGDS_NO_IO_URING", "yes"),
+        ]);
+        apply_env(&mut s, &e).unwrap();
+        assert!(s.fgds.strict && !s.fgds.use_io_uring);
         assert_eq!(s.fgds.chunk_size, 4 << 20);
         assert_eq!(s.log, LogLevel::Off);
-        let e = apply_env(&mut s, |k| {
-            (k == "FGDS_CHUNK_SIZE").then(|| "1000".to_string())
-        });
-        assert!(e.unwrap_err().to_string().contains("chunk_size 1000"));
-        let e = apply_env(&mut s, |k| {
-            (k == "FGDS_STRICT").then(|| "maybe".to_string())
-        });
-        assert!(e.unwrap_err().to_string().contains("FGDS_STRICT"));
+        // What the environment does not set stays as the file said.
+        let mut s = Settings::default();
+        apply_json(&mut s, Path::new("c.json"), nv).unwrap();
+        apply_env(&mut s, &env(&[("FGDS_QUEUE_DEPTH", "4")])).unwrap();
+        assert_eq!((s.fgds.chunk_size, s.fgds.queue_depth), (256 << 10, 4));
+        // The library's messages, naming the variable.
+        let e = apply_env(&mut s, &env(&[("FGDS_CHUNK_SIZE", "1000")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("FGDS_CHUNK_SIZE=\"1000\": not a non-zero multiple of 4096"),
+            "{e}"
+        );
+        let e = apply_env(&mut s, &env(&[("FGDS_STRICT", "maybe")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("FGDS_STRICT=\"maybe\": not a boolean"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -388,7 +354,5 @@ mod tests {
             strip_comments(r#"{"a": "x//y/*z*/"} // c"#).trim(),
             r#"{"a": "x//y/*z*/"}"#
         );
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("x"), None);
     }
 }

@@ -14,12 +14,19 @@ use config::{LogLevel, Settings};
 use fgds::{Batch, Buffer, BufferKind, Error, Event, FileHandle, IoParams, IoTarget, Op, Status};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::{c_int, c_long, c_uint, c_void};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-/// The cuFile version this library implements (`1000 * major + 10 * minor`).
-pub const CUFILE_VERSION: c_int = 1170;
+/// The newest cuFile version this library implements (`1000 * major + 10 *
+/// minor`); `FGDS_CUFILE_VERSION` may present an older one.
+pub const CUFILE_VERSION: c_int = 1200;
+
+/// The cuFile version presented: `FGDS_CUFILE_VERSION` (1.20 by default).
+fn version() -> u32 {
+    fgds::env::env().cufile_version
+}
 
 /// What the library found at start.
 struct Driver {
@@ -502,7 +509,8 @@ pub extern "C" fn cuFileDriverSetMaxPinnedMemSize(kb: usize) -> CUfileError_t {
     }
 }
 
-/// `cuFileGetVersion`: 1170 (cuFile 1.17's ABI).
+/// `cuFileGetVersion`: 1200 (cuFile 1.20's ABI), or the version
+/// `FGDS_CUFILE_VERSION` presents.
 ///
 /// # Safety
 /// `version` is NULL or valid.
@@ -512,7 +520,7 @@ pub unsafe extern "C" fn cuFileGetVersion(version: *mut c_int) -> CUfileError_t 
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
     // SAFETY: checked non-NULL.
-    unsafe { version.write(CUFILE_VERSION) };
+    unsafe { version.write(self::version() as c_int) };
     CUfileError_t::OK
 }
 
@@ -1499,46 +1507,316 @@ pub extern "C" fn cuFileStatsReset() -> CUfileError_t {
     CUfileError_t::OK
 }
 
-fn get_stats<T>(
-    out: *mut T,
-    min_level: u32,
-    pick: impl FnOnce(&CUfileStatsLevel3_t) -> T,
-) -> CUfileError_t {
+/// Writes the statistics of `level` in the layout of the version presented
+/// (`FGDS_CUFILE_VERSION`: before 1.19, level 1 has no vectored counters).
+fn get_stats<T>(out: *mut T, level: u32) -> CUfileError_t {
     if let Err(e) = driver() {
         return e;
     }
-    if out.is_null() || stats::level() < min_level {
+    if out.is_null() || stats::level() < level {
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
-    let s = stats::snapshot();
-    // SAFETY: checked non-NULL; the caller's struct.
-    unsafe { out.write(pick(&s)) };
+    let bytes = stats::layout(&stats::snapshot(), level, version());
+    debug_assert!(bytes.len() <= std::mem::size_of::<T>());
+    // SAFETY: checked non-NULL; the caller's struct of the version it was
+    // built for, which the layout is.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), bytes.len()) };
     CUfileError_t::OK
 }
 
 /// `cuFileGetStatsL1` (level 1 or more, else `CU_FILE_INVALID_VALUE`).
 ///
 /// # Safety
-/// `stats` is NULL or points to a `CUfileStatsLevel1_t`.
+/// `stats` is NULL or points to a `CUfileStatsLevel1_t` of the version
+/// presented.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileGetStatsL1(stats: *mut CUfileStatsLevel1_t) -> CUfileError_t {
-    get_stats(stats, 1, |s| s.detailed.basic)
+    get_stats(stats, 1)
 }
 
 /// `cuFileGetStatsL2` (level 2 or more): level 1 and the size histograms.
 ///
 /// # Safety
-/// `stats` is NULL or points to a `CUfileStatsLevel2_t`.
+/// `stats` is NULL or points to a `CUfileStatsLevel2_t` of the version
+/// presented.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileGetStatsL2(stats: *mut CUfileStatsLevel2_t) -> CUfileError_t {
-    get_stats(stats, 2, |s| s.detailed)
+    get_stats(stats, 2)
 }
 
 /// `cuFileGetStatsL3` (level 3): level 2 and per GPU, P2P against bounced.
 ///
 /// # Safety
-/// `stats` is NULL or points to a `CUfileStatsLevel3_t`.
+/// `stats` is NULL or points to a `CUfileStatsLevel3_t` of the version
+/// presented.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileGetStatsL3(stats: *mut CUfileStatsLevel3_t) -> CUfileError_t {
-    get_stats(stats, 3, |s| *s)
+    get_stats(stats, 3)
+}
+
+// ------------------------------------------------------------ cuFile 1.16-1.20
+
+/// cuFile's description of a code (`CUFILE_ERRSTR`, `cufileop_status_error`
+/// in the header): the library's one table, [`abi::op_error_str`].
+#[no_mangle]
+pub extern "C" fn cuFileOpErrorStringFGDS(code: c_int) -> *const std::ffi::c_char {
+    static STRS: OnceLock<Mutex<HashMap<c_int, std::ffi::CString>>> = OnceLock::new();
+    let mut g = STRS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let key = code.saturating_abs();
+    g.entry(key)
+        .or_insert_with(|| {
+            std::ffi::CString::new(op_error_str(key))
+                .unwrap_or_else(|_| c"unknown cufile error".into())
+        })
+        .as_ptr()
+}
+
+fn vectored_io(
+    fh: *mut c_void,
+    op: Op,
+    iov: *const CUfileIOVec_t,
+    iovcnt: usize,
+    file_offset: libc::off_t,
+    flags: c_uint,
+) -> isize {
+    let call = if op == Op::Read {
+        "cuFileReadv"
+    } else {
+        "cuFileWritev"
+    };
+    if let Err(e) = driver() {
+        return -(e.err as isize);
+    }
+    let h = match handle(fh) {
+        Ok(h) => h,
+        Err(c) => return -(c as isize),
+    };
+    if flags != 0 || (iov.is_null() && iovcnt > 0) {
+        log(
+            LogLevel::Debug,
+            format_args!("{call}: flags {flags} (must be 0) or iov NULL"),
+        );
+        return -(CU_FILE_INVALID_VALUE as isize);
+    }
+    if iovcnt == 0 {
+        return 0;
+    }
+    if iovcnt > fgds::FGDS_IOV_MAX {
+        log(
+            LogLevel::Debug,
+            format_args!("{call}: {iovcnt} segments, at most {}", fgds::FGDS_IOV_MAX),
+        );
+        return -(CU_FILE_INVALID_VALUE as isize);
+    }
+    // SAFETY: cuFile's contract: iov holds iovcnt entries.
+    let iov = unsafe { std::slice::from_raw_parts(iov, iovcnt) };
+    let t0 = Instant::now();
+    let r = offset(file_offset, "file offset").and_then(|fo| {
+        // Each segment: its registered buffer, else one for this call.
+        let bufs = iov
+            .iter()
+            .filter(|v| v.len > 0)
+            .map(|v| target(v.base, 0, v.len).map(|(b, off)| (b, off, v.len)))
+            .collect::<fgds::Result<Vec<_>>>()?;
+        let segs: Vec<fgds::Segment<'_>> = bufs
+            .iter()
+            .map(|(b, off, len)| fgds::Segment {
+                buffer: &b.buf,
+                offset: *off,
+                size: *len,
+            })
+            .collect();
+        if segs.is_empty() {
+            return Ok(0);
+        }
+        match op {
+            Op::Read => h.file.readv(&segs, fo as u64),
+            Op::Write => h.file.writev(&segs, fo as u64),
+        }
+    });
+    note_path(&h);
+    if stats::level() > 0 {
+        stats::vectored(op == Op::Write, r.as_ref().ok().copied(), t0.elapsed());
+    }
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => io_ret(call, &e),
+    }
+}
+
+/// `cuFileReadv` (cuFile 1.19): reads into the `iovcnt` segments of `iov`,
+/// in order, from `file_offset` on, in one call of fgds's vectored engine
+/// (P2P into registered GPU memory an fgds node maps, the bounce path
+/// elsewhere); `flags` must be 0. Returns as `cuFileRead`.
+///
+/// # Safety
+/// `iov` holds `iovcnt` entries whose memory is valid.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileReadv(
+    fh: *mut c_void,
+    iov: *const CUfileIOVec_t,
+    iovcnt: usize,
+    file_offset: libc::off_t,
+    flags: c_uint,
+) -> isize {
+    vectored_io(fh, Op::Read, iov, iovcnt, file_offset, flags)
+}
+
+/// `cuFileWritev` (cuFile 1.19): the writing [`cuFileReadv`].
+///
+/// # Safety
+/// As [`cuFileReadv`].
+#[no_mangle]
+pub unsafe extern "C" fn cuFileWritev(
+    fh: *mut c_void,
+    iov: *const CUfileIOVec_t,
+    iovcnt: usize,
+    file_offset: libc::off_t,
+    flags: c_uint,
+) -> isize {
+    vectored_io(fh, Op::Write, iov, iovcnt, file_offset, flags)
+}
+
+/// `CU_FILE_MAX_TARGET_TYPES` of the version presented (1.19 added PanFS).
+fn max_target_types() -> c_uint {
+    if version() >= 1190 {
+        CU_FILE_MAX_TARGET_TYPES
+    } else {
+        CU_FILE_MAX_TARGET_TYPES - 1
+    }
+}
+
+/// The P2P flags of a file system type: PCI P2PDMA for NVMe where an fgds
+/// node serves a GPU, else none.
+fn p2p_flags_of(d: &Driver, fs: c_uint) -> c_uint {
+    if fs == CU_FILE_NVME_SUPPORTED && d.no_p2p.is_none() {
+        CU_FILE_P2P_FLAG_PCI_P2PDMA
+    } else {
+        0
+    }
+}
+
+/// `cuFileDriverGetP2PFlags`: `CU_FILE_P2P_FLAG_PCI_P2PDMA` for
+/// `CU_FILE_NVME_SUPPORTED` where an fgds node serves a GPU (what fgds
+/// does), 0 otherwise; `CU_FILE_INVALID_VALUE` for a type out of range or
+/// NULL.
+///
+/// # Safety
+/// `p2p_flags` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileDriverGetP2PFlags(
+    status_flag: c_uint,
+    p2p_flags: *mut c_uint,
+) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    if p2p_flags.is_null() || status_flag >= max_target_types() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { p2p_flags.write(p2p_flags_of(d, status_flag)) };
+    CUfileError_t::OK
+}
+
+/// `cuFileDriverSetP2PFlags`: fgds has one way for NVMe, so setting what
+/// `cuFileDriverGetP2PFlags` says succeeds and anything else is
+/// `CU_FILE_INVALID_VALUE` (`CU_FILE_PLATFORM_NOT_SUPPORTED` for other file
+/// system types).
+#[no_mangle]
+pub extern "C" fn cuFileDriverSetP2PFlags(status_flag: c_uint, flags: c_uint) -> CUfileError_t {
+    let d = match driver() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    if status_flag >= max_target_types() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    if status_flag != CU_FILE_NVME_SUPPORTED {
+        return CUfileError_t::op(CU_FILE_PLATFORM_NOT_SUPPORTED);
+    }
+    if flags == p2p_flags_of(d, status_flag) {
+        CUfileError_t::OK
+    } else {
+        CUfileError_t::op(CU_FILE_INVALID_VALUE)
+    }
+}
+
+/// `cuFileGetBARSizeInKB`: the largest BAR (KiB) of the `gpu_index`-th GPU
+/// an fgds node serves (`/dev/fgdsN` order); `CU_FILE_DEVICE_NOT_FOUND`
+/// when there is no such GPU.
+///
+/// # Safety
+/// `bar_size` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetBARSizeInKB(
+    gpu_index: c_int,
+    bar_size: *mut usize,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if bar_size.is_null() || gpu_index < 0 {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    let devs = fgds::list_devices().unwrap_or_default();
+    let Some(d) = devs.get(gpu_index as usize) else {
+        return CUfileError_t::op(CU_FILE_DEVICE_NOT_FOUND);
+    };
+    let kb = d.bars.iter().map(|b| b.size / 1024).max().unwrap_or(0);
+    // SAFETY: checked non-NULL.
+    unsafe { bar_size.write(kb as usize) };
+    CUfileError_t::OK
+}
+
+/// `cuFileExportPCIeTopology`: writes the GPUs fgds nodes serve to
+/// `filename` as JSON (`{"fgds_nodes": [{"node", "dev_path",
+/// "pci_address", "vendor", "device", "bars": [{"index", "size"}]}]}`);
+/// `CU_FILE_INVALID_VALUE` for NULL, `CU_FILE_PERMISSION_DENIED` when the
+/// file cannot be written.
+///
+/// # Safety
+/// `filename` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileExportPCIeTopology(
+    filename: *const std::ffi::c_char,
+) -> CUfileError_t {
+    if let Err(e) = driver() {
+        return e;
+    }
+    if filename.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    // SAFETY: the caller's string.
+    let name = unsafe { std::ffi::CStr::from_ptr(filename) };
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    let nodes: Vec<serde_json::Value> = fgds::list_devices()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "node": d.name,
+                "dev_path": d.dev_path,
+                "pci_address": d.pci_address,
+                "vendor": d.vendor.map(|v| format!("{v:#06x}")),
+                "device": d.device.map(|v| format!("{v:#06x}")),
+                "bars": d.bars.iter().map(|b| serde_json::json!({"index": b.index, "size": b.size})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let text = serde_json::json!({ "fgds_nodes": nodes }).to_string();
+    match std::fs::write(path, text + "\n") {
+        Ok(()) => CUfileError_t::OK,
+        Err(e) => {
+            log(
+                LogLevel::Debug,
+                format_args!("cuFileExportPCIeTopology: {}: {e}", path.display()),
+            );
+            CUfileError_t::op(CU_FILE_PERMISSION_DENIED)
+        }
+    }
 }

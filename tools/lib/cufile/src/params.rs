@@ -112,7 +112,7 @@ pub fn set_bool(p: i32, v: bool) -> Result<(), CUfileOpError> {
 pub fn set_string(p: i32, v: &str) -> Result<(), CUfileOpError> {
     match p {
         string_param::LOGGING_LEVEL => {}
-        string_param::ENV_LOGFILE_PATH | string_param::LOG_DIR => {
+        string_param::ENV_LOGFILE_PATH | string_param::LOG_DIR | string_param::RDMA_TRANSPORT => {
             return Err(CU_FILE_PLATFORM_NOT_SUPPORTED)
         }
         _ => return Err(CU_FILE_INVALID_VALUE),
@@ -199,7 +199,7 @@ pub fn get_string(p: i32, s: &Settings) -> Result<String, CUfileOpError> {
             }
             .to_string()
         })),
-        string_param::ENV_LOGFILE_PATH | string_param::LOG_DIR => {
+        string_param::ENV_LOGFILE_PATH | string_param::LOG_DIR | string_param::RDMA_TRANSPORT => {
             Err(CU_FILE_PLATFORM_NOT_SUPPORTED)
         }
         _ => Err(CU_FILE_INVALID_VALUE),

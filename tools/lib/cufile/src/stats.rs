@@ -153,6 +153,25 @@ pub fn io(write: bool, size: usize, done: Option<usize>, took: Duration, gpu: Op
     });
 }
 
+/// A `cuFileReadv` (`write` false) or `cuFileWritev` of `size` bytes that
+/// moved `done` bytes (`None`: failed) in `took` (cuFile 1.19's counters,
+/// apart from `cuFileRead`/`cuFileWrite`'s).
+pub fn vectored(write: bool, done: Option<usize>, took: Duration) {
+    with(|i| {
+        let l1 = &mut i.s.detailed.basic;
+        let t = us(took);
+        if write {
+            count(&mut l1.writev_ops, done.is_some());
+            l1.writev_bytes += done.unwrap_or(0) as u64;
+            l1.writev_lat_sum_us += t;
+        } else {
+            count(&mut l1.readv_ops, done.is_some());
+            l1.readv_bytes += done.unwrap_or(0) as u64;
+            l1.readv_lat_sum_us += t;
+        }
+    });
+}
+
 fn gpu_io(i: &mut Inner, write: bool, done: Option<usize>, t: u64, g: &GpuIo<'_>) {
     let Some(p) = gpu_slot(i, g.gpu) else {
         return;
@@ -324,6 +343,14 @@ pub fn snapshot() -> CUfileStatsLevel3_t {
     l1.batch_completion_lat_avg_us = l1.batch_completion_lat_sum_us / dones.max(1);
     l1.batch_submit_ops_per_sec = per_sec(subs, span);
     l1.batch_complete_ops_per_sec = per_sec(dones, span);
+    let rv = l1.readv_ops.ok + l1.readv_ops.err;
+    let wv = l1.writev_ops.ok + l1.writev_ops.err;
+    l1.readv_lat_avg_us = l1.readv_lat_sum_us / rv.max(1);
+    l1.writev_lat_avg_us = l1.writev_lat_sum_us / wv.max(1);
+    l1.readv_bw_bytes_per_sec = per_sec(l1.readv_bytes, l1.readv_lat_sum_us);
+    l1.writev_bw_bytes_per_sec = per_sec(l1.writev_bytes, l1.writev_lat_sum_us);
+    l1.readv_ops_per_sec = per_sec(l1.readv_ops.ok, span);
+    l1.writev_ops_per_sec = per_sec(l1.writev_ops.ok, span);
     l1.batch_read_bw_bytes = per_sec(l1.batch_read_bytes, span);
     l1.batch_write_bw_bytes = per_sec(l1.batch_write_bytes, span);
     for p in s.per_gpu_stats.iter_mut().take(s.num_gpus as usize) {
@@ -335,9 +362,73 @@ pub fn snapshot() -> CUfileStatsLevel3_t {
     s
 }
 
+/// The bytes of a plain-data struct.
+fn raw<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: the statistics structs are repr(C) integers and byte arrays;
+    // their padding (after num_gpus) is zeroed by Default and never read
+    // as a value.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// Statistics of `level` (1 to 3) in the layout of cuFile `version`
+/// (`1000 * major + 10 * minor`): before 1.19 without the vectored
+/// counters at the end of level 1, which every later field follows.
+pub fn layout(s: &CUfileStatsLevel3_t, level: u32, version: u32) -> Vec<u8> {
+    let l1 = raw(&s.detailed.basic);
+    let l1 = if version < 1190 {
+        &l1[..STATS_L1_SIZE_BEFORE_1190]
+    } else {
+        l1
+    };
+    let mut v = l1.to_vec();
+    if level >= 2 {
+        v.extend_from_slice(raw(&s.detailed.read_size_kb_hist));
+        v.extend_from_slice(raw(&s.detailed.write_size_kb_hist));
+    }
+    if level >= 3 {
+        v.extend_from_slice(&s.num_gpus.to_ne_bytes());
+        v.extend_from_slice(&[0; 4]);
+        v.extend_from_slice(raw(&s.per_gpu_stats));
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layouts_by_version() {
+        let mut s = CUfileStatsLevel3_t::default();
+        s.detailed.basic.last_batch_write_bytes = 7;
+        s.detailed.basic.readv_ops.ok = 9;
+        s.detailed.read_size_kb_hist[0] = 11;
+        s.num_gpus = 2;
+        s.per_gpu_stats[1].reg_bytes = 13;
+        let u64_at = |v: &[u8], o: usize| u64::from_ne_bytes(v[o..o + 8].try_into().unwrap());
+        for (version, l1) in [(1170, 512), (1180, 512), (1190, 624), (1200, 624)] {
+            let a = layout(&s, 1, version);
+            assert_eq!(a.len(), l1);
+            assert_eq!(u64_at(&a, 504), 7);
+            let b = layout(&s, 2, version);
+            assert_eq!(b.len(), l1 + 512);
+            assert_eq!(u64_at(&b, l1), 11);
+            let c = layout(&s, 3, version);
+            assert_eq!(c.len(), l1 + 512 + 8 + 16 * 248);
+            assert_eq!(
+                u32::from_ne_bytes(c[l1 + 512..l1 + 516].try_into().unwrap()),
+                2
+            );
+            assert_eq!(u64_at(&c, l1 + 512 + 8 + 248 + 240), 13);
+            if version >= 1190 {
+                assert_eq!(u64_at(&a, 512), 9);
+            }
+        }
+        assert_eq!(
+            layout(&s, 3, 1200).len(),
+            std::mem::size_of::<CUfileStatsLevel3_t>()
+        );
+    }
 
     #[test]
     fn buckets_are_powers_of_two_kib() {

@@ -29,6 +29,11 @@ struct Program {
 }
 
 fn build() -> Program {
+    build_with(&[])
+}
+
+/// The program built with extra C flags (`-DFGDS_CUFILE_VERSION=1180`).
+fn build_with(cflags: &[&str]) -> Program {
     let dir = tempfile::tempdir().expect("tempdir");
     let lib_dir = dir.path().join("lib");
     std::fs::create_dir(&lib_dir).expect("mkdir");
@@ -37,7 +42,9 @@ fn build() -> Program {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin = dir.path().join("cufile_test");
     let out = Command::new("gcc")
-        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+        .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(cflags)
+        .arg("-I")
         .arg(src.join("include"))
         .arg(src.join("tests/cufile_test.c"))
         .arg("-o")
@@ -73,13 +80,10 @@ impl Program {
         let mut c = Command::new(&self.bin);
         c.arg(self.data.path()).arg(mode);
         c.env("LD_LIBRARY_PATH", &self.lib_dir);
-        for k in [
-            "FGDS_STRICT",
-            "FGDS_NO_DIRECT",
-            "FGDS_LOG",
-            "CUFILE_ENV_PATH_JSON",
-        ] {
-            c.env_remove(k);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("FGDS_") || k == "CUFILE_ENV_PATH_JSON" {
+                c.env_remove(k);
+            }
         }
         // No cufile.json of this machine.
         c.env("CUFILE_ENV_PATH_JSON", self.data.path().join("none.json"));
@@ -128,6 +132,57 @@ fn cufile_program_reads_writes_batches_and_errors() {
     let o = p.run("main", &[("FGDS_LOG", "off")]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stderr.is_empty(), "{}", text(&o));
+}
+
+/// cuFile 1.16 to 1.20's functions: cuFileReadv and cuFileWritev (every
+/// byte checked), P2P flags, BAR size, topology, CUFILE_ERRSTR.
+#[test]
+fn cufile_1_20_functions() {
+    let p = build();
+    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    let o = p.run("v120", &[("FGDS_LOG", "off")]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+}
+
+/// The library's settings module: its spellings work here too
+/// (`FGDS_CHUNK_SIZE=1MiB` and `FGDS_STRICT=FALSE` used to fail every
+/// call), and a bad value is its one message naming the variable.
+#[test]
+fn fgds_settings_are_the_librarys() {
+    let p = build();
+    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    let o = p.run(
+        "main",
+        &[
+            ("FGDS_CHUNK_SIZE", "1MiB"),
+            ("FGDS_STRICT", "FALSE"),
+            ("FGDS_IO_URING", "off"),
+            ("FGDS_LOG", "OFF"),
+            ("FGDS_QUEUE_DEPTH", "8"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    for (k, v, want) in [
+        (
+            "FGDS_CHUNK_SIZE",
+            "1MiX",
+            "FGDS_CHUNK_SIZE=\"1MiX\": not a size in bytes: 1048576, 1M, 1MiB",
+        ),
+        (
+            "FGDS_STRICT",
+            "maybe",
+            "FGDS_STRICT=\"maybe\": not a boolean",
+        ),
+        ("FGDS_NO_DIRECT", "2", "FGDS_NO_DIRECT=\"2\": not a boolean"),
+    ] {
+        let o = p.run("main", &[(k, v)]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{t}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{t}");
+    }
 }
 
 #[test]
@@ -215,4 +270,41 @@ fn statistics_count_what_the_library_served() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+}
+
+/// cuFile's soname, and not libfgds's (a dependency's cdylib link arguments
+/// reach this library: rust-lang/cargo#9562).
+#[test]
+fn soname_is_cufiles() {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(library())
+        .output()
+        .expect("readelf (binutils)");
+    let d = String::from_utf8_lossy(&out.stdout);
+    assert!(d.contains("Library soname: [libcufile.so.0]"), "{d}");
+}
+
+/// A program built against cuFile 1.18's statistics layout
+/// (`-DFGDS_CUFILE_VERSION=1180`) gets it with `FGDS_CUFILE_VERSION=1.18`:
+/// nothing written past its 512-byte `CUfileStatsLevel1_t`, its counters
+/// where it reads them; without the variable the library writes 1.20's 624
+/// bytes (as NVIDIA's 1.20 library does), which the program sees.
+#[test]
+fn statistics_in_the_layout_of_the_version_presented() {
+    let p = build_with(&["-DFGDS_CUFILE_VERSION=1180"]);
+    std::fs::write(
+        p.data.path().join("none.json"),
+        r#"{ "profile": { "cufile_stats": 2 } }"#,
+    )
+    .expect("write json");
+    let v118 = [("FGDS_CUFILE_VERSION", "1.18"), ("FGDS_LOG", "off")];
+    for mode in ["stats", "v120"] {
+        let o = p.run(mode, &v118);
+        assert!(o.status.success(), "{mode}: {}", text(&o));
+    }
+    let o = p.run("stats", &[("FGDS_LOG", "off")]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("cuFileGetStatsL1 wrote byte 512"), "{t}");
 }

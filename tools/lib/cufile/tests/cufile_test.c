@@ -490,7 +490,15 @@ static void test_params(const char *dir)
 	    CU_FILE_PLATFORM_NOT_SUPPORTED);
 	ERR(cuFileGetParameterBool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE, &b),
 	    CU_FILE_PLATFORM_NOT_SUPPORTED);
-	ERR(cuFileSetParameterBool((CUFileBoolConfigParameter_t)12, true), CU_FILE_INVALID_VALUE);
+#if FGDS_CUFILE_VERSION >= 1190
+	/* cuFile 1.19's: known, no such quantity in fgds */
+	ERR(cuFileSetParameterBool(CUFILE_PARAM_GDS_FALLBACK_IO, true),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileSetParameterString(CUFILE_PARAM_RDMA_TRANSPORT, "tcp"),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+#endif
+	ERR(cuFileSetParameterBool((CUFileBoolConfigParameter_t)14, true), CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterString((CUFileStringConfigParameter_t)4, "x"), CU_FILE_INVALID_VALUE);
 
 	ERR(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "loud"), CU_FILE_INVALID_VALUE);
 	ERR(cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, NULL), CU_FILE_INVALID_VALUE);
@@ -543,6 +551,24 @@ static void test_params(const char *dir)
 	cuFileHandleDeregister(fh);
 	close(fd);
 	free(a);
+}
+
+/* The library writes no more than this header's struct of level n (the
+ * layout of FGDS_CUFILE_VERSION, which the library must present too). */
+static void stats_fit(int n)
+{
+	size_t size = n == 1 ? sizeof(CUfileStatsLevel1_t) : sizeof(CUfileStatsLevel2_t);
+	unsigned char *raw = xalloc(size + 256);
+	CUfileError_t st;
+
+	memset(raw, 0x5a, size + 256);
+	st = n == 1 ? cuFileGetStatsL1((CUfileStatsLevel1_t *)raw)
+		    : cuFileGetStatsL2((CUfileStatsLevel2_t *)raw);
+	CHECK(st.err == CU_FILE_SUCCESS, "cuFileGetStatsL%d: %d", n, st.err);
+	for (size_t i = size; i < size + 256; i++)
+		CHECK(raw[i] == 0x5a, "cuFileGetStatsL%d wrote byte %zu, past the %zu of "
+		      "FGDS_CUFILE_VERSION %d's struct", n, i, size, FGDS_CUFILE_VERSION);
+	free(raw);
 }
 
 static void get_l1(CUfileStatsLevel1_t *l1)
@@ -602,6 +628,8 @@ static void test_stats(const char *dir)
 	CHECK(l1.read_lat_sum_us >= l1.read_lat_avg_us, "latency sum %lu avg %lu",
 	      l1.read_lat_sum_us, l1.read_lat_avg_us);
 	CHECK(l1.read_bw_bytes_per_sec > 0 && l1.write_bw_bytes_per_sec > 0, "bandwidths");
+	stats_fit(1);
+	stats_fit(2);
 	OK(cuFileGetStatsL2(&l2));
 	CHECK(l2.read_size_kb_hist[10] == 1 && l2.read_size_kb_hist[2] == 2,
 	      "1 MiB in bucket 10 (%lu), 4 KiB (and the failed one) in 2 (%lu)",
@@ -680,10 +708,159 @@ static void test_stats(const char *dir)
 	free(l3);
 }
 
+/* Reads the whole file with pread into a new buffer. */
+static unsigned char *slurp(const char *path, size_t n)
+{
+	unsigned char *p = xalloc(n);
+	int fd = open(path, O_RDONLY);
+
+	CHECK(fd >= 0 && pread(fd, p, n, 0) == (ssize_t)n, "pread %s", path);
+	close(fd);
+	return p;
+}
+
+/* cuFile 1.16-1.20: cuFileReadv/Writev (every byte checked), P2P flags,
+ * BAR size, topology export, CUFILE_ERRSTR, the version. */
+static void test_v120(const char *dir)
+{
+	char path[4096], topo[4096];
+	unsigned char *reg = xalloc(2 * MiB), *plain = xalloc(MiB + 4096), *back, *r2;
+	unsigned char *other = malloc(200000);
+	CUfileIOVec_t iov[5], many[1025];
+	CUfileStatsLevel1_t l1;
+	CUfileP2PFlags_t fl = (CUfileP2PFlags_t)99;
+	size_t bar = 0, sizes[4] = { MiB, 100001, 8192, 0 }, total = 0, pos;
+	int fd, v = 0;
+	CUfileHandle_t fh;
+	FILE *f;
+	char text[256] = "";
+
+	OK(cuFileGetVersion(&v));
+	CHECK(v == FGDS_CUFILE_VERSION, "cuFileGetVersion: %d, want %d", v, FGDS_CUFILE_VERSION);
+	OK(cuFileSetStatsLevel(1));
+	snprintf(path, sizeof(path), "%s/v120.bin", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	fh = reg_fd(fd);
+	OK(cuFileBufRegister(reg, 2 * MiB, 0));
+	/* registered (aligned), host unregistered at an odd address, the middle
+	 * of the registered buffer, an empty one; from an unaligned offset. */
+	iov[0].base = reg;
+	iov[1].base = other + 3;
+	iov[2].base = reg + MiB + 512;
+	iov[3].base = plain;
+	for (int i = 0; i < 4; i++) {
+		iov[i].len = sizes[i];
+		total += sizes[i];
+	}
+	pos = 12345;
+	for (int i = 0; i < 4; i++) {
+		fill(iov[i].base, iov[i].len, pos, 7);
+		pos += iov[i].len;
+	}
+	CHECK(cuFileWritev(fh, iov, 4, 12345, 0) == (ssize_t)total, "cuFileWritev");
+	back = slurp(path, 12345 + total);
+	expect(back + 12345, total, 12345, 7, "cuFileWritev's bytes in the file");
+	free(back);
+	/* Back into other segments (split differently), every byte checked. */
+	memset(reg, 0, 2 * MiB);
+	memset(plain, 0, MiB + 4096);
+	iov[0].base = plain + 1;
+	iov[0].len = 333333;
+	iov[1].base = reg + 4096;
+	iov[1].len = total - 333333 - 200000;
+	iov[2].base = plain + 400000;
+	iov[2].len = 200000;
+	CHECK(cuFileReadv(fh, iov, 3, 12345, 0) == (ssize_t)total, "cuFileReadv");
+	expect(iov[0].base, iov[0].len, 12345, 7, "cuFileReadv segment 0");
+	expect(iov[1].base, iov[1].len, 12345 + 333333, 7, "cuFileReadv segment 1");
+	expect(iov[2].base, iov[2].len, 12345 + total - 200000, 7, "cuFileReadv segment 2");
+	/* Aligned and registered: the direct path. */
+	fill(reg, MiB, 0, 9);
+	iov[0].base = reg;
+	iov[0].len = MiB / 2;
+	iov[1].base = reg + MiB / 2;
+	iov[1].len = MiB / 2;
+	CHECK(cuFileWritev(fh, iov, 2, 0, 0) == (ssize_t)MiB, "aligned cuFileWritev");
+	memset(reg, 0, MiB);
+	CHECK(cuFileReadv(fh, iov, 2, 0, 0) == (ssize_t)MiB, "aligned cuFileReadv");
+	expect(reg, MiB, 0, 9, "aligned cuFileReadv");
+	/* Short at the end of the file. */
+	r2 = xalloc(2 * MiB);
+	iov[0].base = r2;
+	iov[0].len = 2 * MiB;
+	CHECK(cuFileReadv(fh, iov, 1, MiB, 0) == (ssize_t)(12345 + total - MiB),
+	      "cuFileReadv at the end of the file is short");
+	free(r2);
+	/* Errors. */
+	CHECK(cuFileReadv(fh, iov, 1, 0, 1) == -CU_FILE_INVALID_VALUE, "flags must be 0");
+	CHECK(cuFileReadv(fh, NULL, 1, 0, 0) == -CU_FILE_INVALID_VALUE, "NULL iov");
+	CHECK(cuFileWritev(fh, iov, 0, 0, 0) == 0, "no segments");
+	for (int i = 0; i < 1025; i++) {
+		many[i].base = reg;
+		many[i].len = 1;
+	}
+	CHECK(cuFileReadv(fh, many, 1025, 0, 0) == -CU_FILE_INVALID_VALUE, "1025 segments");
+	CHECK(cuFileReadv((CUfileHandle_t)12345, iov, 1, 0, 0) == -CU_FILE_HANDLE_NOT_REGISTERED,
+	      "a bad handle");
+	stats_fit(1);
+	get_l1(&l1);
+#if FGDS_CUFILE_VERSION >= 1190
+	/* counted: calls that reached I/O (not those refused for their arguments) */
+	CHECK(l1.readv_ops.ok == 3 && l1.writev_ops.ok == 2, "vectored ops %lu %lu",
+	      (unsigned long)l1.readv_ops.ok, (unsigned long)l1.writev_ops.ok);
+	CHECK(l1.writev_bytes == total + MiB, "writev_bytes %lu", (unsigned long)l1.writev_bytes);
+	CHECK(l1.readv_ops.err == 0 && l1.read_ops.ok == 0, "readv errors %lu",
+	      (unsigned long)l1.readv_ops.err);
+#else
+	CHECK(l1.read_ops.ok == 0 && l1.write_ops.ok == 0, "vectored calls counted as plain ones");
+#endif
+	OK(cuFileBufDeregister(reg));
+	cuFileHandleDeregister(fh);
+	close(fd);
+
+	/* P2P flags: PCI P2PDMA for NVMe where an fgds node serves a GPU. */
+	OK(cuFileDriverGetP2PFlags(CU_FILE_NVME_SUPPORTED, &fl));
+	CHECK(fl == (no_fgds_node() ? 0 : CU_FILE_P2P_FLAG_PCI_P2PDMA), "NVMe P2P flags %d", fl);
+	OK(cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, fl));
+	ERR(cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_NVFS),
+	    CU_FILE_INVALID_VALUE);
+	ERR(cuFileDriverSetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, (CUfileP2PFlags_t)0),
+	    CU_FILE_PLATFORM_NOT_SUPPORTED);
+	ERR(cuFileDriverGetP2PFlags(CU_FILE_NVME_SUPPORTED, NULL), CU_FILE_INVALID_VALUE);
+	ERR(cuFileDriverGetP2PFlags(CU_FILE_MAX_TARGET_TYPES, &fl), CU_FILE_INVALID_VALUE);
+	/* BAR size and topology. */
+	if (no_fgds_node())
+		ERR(cuFileGetBARSizeInKB(0, &bar), CU_FILE_DEVICE_NOT_FOUND);
+	else {
+		OK(cuFileGetBARSizeInKB(0, &bar));
+		CHECK(bar > 0, "BAR size");
+	}
+	ERR(cuFileGetBARSizeInKB(0, NULL), CU_FILE_INVALID_VALUE);
+	snprintf(topo, sizeof(topo), "%s/topology.json", dir);
+	OK(cuFileExportPCIeTopology(topo));
+	f = fopen(topo, "r");
+	CHECK(f && fgets(text, sizeof(text), f) && strstr(text, "{\"fgds_nodes\":["),
+	      "topology: %s", text);
+	if (f)
+		fclose(f);
+	ERR(cuFileExportPCIeTopology(NULL), CU_FILE_INVALID_VALUE);
+	ERR(cuFileExportPCIeTopology("/nonexistent/dir/t.json"), CU_FILE_PERMISSION_DENIED);
+	/* The error strings (torch's GdsFile.cpp and KvikIO use them). */
+	CHECK(!strcmp(CUFILE_ERRSTR(-CU_FILE_HANDLE_NOT_REGISTERED),
+		      "file descriptor is not registered"), "CUFILE_ERRSTR");
+	CHECK(!strcmp(cufileop_status_error(CU_FILE_SUCCESS), "cufile success"),
+	      "cufileop_status_error");
+	CHECK(!strcmp(CUFILE_ERRSTR(123), "unknown cufile error"), "unknown code");
+	free(reg);
+	free(plain);
+	free(other);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s DIR main|strict|json|params|stats\n", argv[0]);
+		fprintf(stderr, "usage: %s DIR main|strict|json|params|stats|v120\n", argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[2], "main"))
@@ -696,6 +873,8 @@ int main(int argc, char **argv)
 		test_params(argv[1]);
 	else if (!strcmp(argv[2], "stats"))
 		test_stats(argv[1]);
+	else if (!strcmp(argv[2], "v120"))
+		test_v120(argv[1]);
 	else
 		return 2;
 	printf("ok %d checks\n", checks);

@@ -3,8 +3,9 @@
  * fgds.h - C interface of libfgds (tools/lib/fgds), the user-space library
  * of fgds (fast GPU direct storage).
  *
- * Link with -lfgds (libfgds.so or libfgds.a; the static library also needs
- * -lpthread -ldl -lm). Every function is thread-safe.
+ * Link with -lfgds (libfgds.so, soname libfgds.so.0, or libfgds.a; the
+ * static library also needs -lpthread -ldl -lm). Every function is
+ * thread-safe.
  *
  * Written by hand, not by cbindgen (which this tree does not build with,
  * and which would drop these comments): tools/lib/fgds/tests/header.rs
@@ -29,6 +30,16 @@
 extern "C" {
 #endif
 
+/* The version of this header: 10000 * major + 100 * minor + patch;
+ * fgds_version() gives the library's. */
+#define FGDS_VERSION_MAJOR	0
+#define FGDS_VERSION_MINOR	1
+#define FGDS_VERSION_PATCH	0
+#define FGDS_VERSION \
+	(10000 * FGDS_VERSION_MAJOR + 100 * FGDS_VERSION_MINOR + FGDS_VERSION_PATCH)
+
+uint32_t fgds_version(void);
+
 /* Most segments of fgds_readv/fgds_writev; of one batch element. */
 #define FGDS_IOV_MAX		1024
 #define FGDS_BATCH_IOV_MAX	128
@@ -42,12 +53,25 @@ extern "C" {
  * defaults (1 MiB chunks, queue depth 16, io_uring, not strict), which the
  * FGDS_* environment variables may change (README.md, "Configuration by
  * environment"). A call larger than FGDS_SPLIT_SIZE (16 MiB) runs on up to
- * FGDS_PARALLEL threads (the I/O threads' count), each with its own queue. */
+ * FGDS_PARALLEL threads (the I/O threads' count), each with its own queue.
+ *
+ * The struct carries its size so that it can grow (as openat2's open_how):
+ * set .size = sizeof(struct fgds_config) (FGDS_CONFIG_INIT does); 0 means
+ * the first version's 24 bytes, so { 0 } and { .flags = ... } work. The
+ * library reads the fields within size; a smaller size than 24, bytes it
+ * does not know that are not 0 (an option of a newer header) or a
+ * reserved field that is not 0 make fgds_open fail with -EINVAL, the
+ * message naming the size or byte. */
 struct fgds_config {
+	uint32_t size;		/* sizeof(struct fgds_config), or 0 */
+	uint32_t flags;		/* FGDS_CONFIG_* */
 	uint64_t chunk_size;	/* bytes per request, multiple of 4096 */
 	uint32_t queue_depth;	/* requests in flight per thread of a call, 1..4096 */
-	uint32_t flags;		/* FGDS_CONFIG_* */
+	uint32_t reserved;	/* 0 */
 };
+
+#define FGDS_CONFIG_SIZE_VER0	24	/* the first struct fgds_config */
+#define FGDS_CONFIG_INIT	{ .size = sizeof(struct fgds_config) }
 
 /* One segment: size bytes at base + offset; base must lie in a registered
  * buffer. */

@@ -15,13 +15,48 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-/// `struct fgds_config`.
+/// `struct fgds_config`: its size first, so that it can grow (as
+/// `openat2(2)`'s `struct open_how`): the library reads the fields within
+/// `size`, and bytes past the fields it knows must be 0.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct fgds_config {
+    /// `sizeof(struct fgds_config)` of the caller's header, or 0 for
+    /// [`FGDS_CONFIG_SIZE_VER0`] (`= { 0 }` and `{ .flags = ... }`
+    /// initialisers).
+    pub size: u32,
+    pub flags: u32,
     pub chunk_size: u64,
     pub queue_depth: u32,
-    pub flags: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// The size of the first `struct fgds_config` (this one).
+pub const FGDS_CONFIG_SIZE_VER0: u32 = 24;
+
+/// The library's version: `10000 * major + 100 * minor + patch`.
+pub const FGDS_VERSION: u32 = {
+    const fn num(s: &str) -> u32 {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut n = 0;
+        while i < b.len() {
+            n = n * 10 + (b[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    num(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + num(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + num(env!("CARGO_PKG_VERSION_PATCH"))
+};
+
+/// The library's version, `10000 * major + 100 * minor + patch`
+/// (`FGDS_VERSION` of the header it was built with).
+#[no_mangle]
+pub extern "C" fn fgds_version() -> u32 {
+    FGDS_VERSION
 }
 /// `fgds_config.flags`: strict mode.
 pub const FGDS_CONFIG_STRICT: u32 = 1 << 0;
@@ -164,32 +199,72 @@ fn insert(b: Buffer) -> Result<u64> {
     Ok(base)
 }
 
-fn config(cfg: *const fgds_config) -> Config {
-    // SAFETY: caller passes NULL or a valid struct.
-    match unsafe { cfg.as_ref() } {
-        None => Config::default(),
-        // Zero fields and flags that are not set mean the default, which
-        // the FGDS_* environment may change (crate::env).
-        Some(c) => {
-            let d = Config::default();
-            Config {
-                chunk_size: if c.chunk_size == 0 {
-                    d.chunk_size
-                } else {
-                    c.chunk_size as usize
-                },
-                queue_depth: if c.queue_depth == 0 {
-                    d.queue_depth
-                } else {
-                    c.queue_depth
-                },
-                strict: d.strict || c.flags & FGDS_CONFIG_STRICT != 0,
-                use_io_uring: d.use_io_uring && c.flags & FGDS_CONFIG_NO_IO_URING == 0,
-                disable_direct: c.flags & FGDS_CONFIG_NO_DIRECT != 0,
-                ..d
-            }
+/// The configuration a caller's `struct fgds_config` (NULL: the defaults)
+/// gives.
+///
+/// # Safety
+/// `cfg` is NULL or valid for `cfg->size` bytes (24 when it is 0).
+unsafe fn config(cfg: *const fgds_config) -> Result<Config> {
+    if cfg.is_null() {
+        return Ok(Config::default());
+    }
+    // SAFETY: the caller's struct, at least its size field.
+    let size = unsafe { cfg.cast::<u32>().read_unaligned() };
+    let size = if size == 0 {
+        FGDS_CONFIG_SIZE_VER0
+    } else {
+        size
+    };
+    let known = std::mem::size_of::<fgds_config>() as u32;
+    if size < FGDS_CONFIG_SIZE_VER0 {
+        return Err(Error::InvalidArgument(format!(
+            "struct fgds_config: size {size} is less than the first version's \
+             {FGDS_CONFIG_SIZE_VER0}: set .size = sizeof(struct fgds_config)"
+        )));
+    }
+    if size > known {
+        // SAFETY: the caller's struct is size bytes.
+        let tail = unsafe {
+            std::slice::from_raw_parts(
+                cfg.cast::<u8>().add(known as usize),
+                (size - known) as usize,
+            )
+        };
+        if let Some(i) = tail.iter().position(|&b| b != 0) {
+            return Err(Error::InvalidArgument(format!(
+                "struct fgds_config: byte {} of {size} is set, and this library \
+                 (version {FGDS_VERSION}) knows only the first {known}: an option it \
+                 does not have",
+                known as usize + i
+            )));
         }
     }
+    // SAFETY: at least the first version's bytes, checked above.
+    let c = unsafe { cfg.read_unaligned() };
+    if c.reserved != 0 {
+        return Err(Error::InvalidArgument(
+            "struct fgds_config: reserved must be 0".into(),
+        ));
+    }
+    // Zero fields and flags that are not set mean the default, which
+    // the FGDS_* environment may change (crate::env).
+    let d = Config::default();
+    Ok(Config {
+        chunk_size: if c.chunk_size == 0 {
+            d.chunk_size
+        } else {
+            c.chunk_size as usize
+        },
+        queue_depth: if c.queue_depth == 0 {
+            d.queue_depth
+        } else {
+            c.queue_depth
+        },
+        strict: d.strict || c.flags & FGDS_CONFIG_STRICT != 0,
+        use_io_uring: d.use_io_uring && c.flags & FGDS_CONFIG_NO_IO_URING == 0,
+        disable_direct: d.disable_direct || c.flags & FGDS_CONFIG_NO_DIRECT != 0,
+        ..d
+    })
 }
 
 /// Opens `path` for fgds I/O. Returns a handle (> 0) or a negative code.
@@ -207,15 +282,18 @@ pub unsafe extern "C" fn fgds_open(
         return fail(Error::InvalidArgument("path is NULL".into()));
     }
     let p = CStr::from_ptr(path).to_string_lossy().into_owned();
-    let r = FileHandle::open(p, flags, mode, config(cfg)).and_then(|f| {
-        let id = new_id()?;
-        reg()
-            .files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::new(f));
-        Ok(id)
-    });
+    // SAFETY: the caller's cfg.
+    let r = unsafe { config(cfg) }
+        .and_then(|c| FileHandle::open(p, flags, mode, c))
+        .and_then(|f| {
+            let id = new_id()?;
+            reg()
+                .files
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, Arc::new(f));
+            Ok(id)
+        });
     r.unwrap_or_else(fail)
 }
 
@@ -225,15 +303,18 @@ pub unsafe extern "C" fn fgds_open(
 /// `cfg` must be NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn fgds_open_fd(fd: c_int, cfg: *const fgds_config) -> c_int {
-    let r = FileHandle::from_fd(fd, config(cfg)).and_then(|f| {
-        let id = new_id()?;
-        reg()
-            .files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::new(f));
-        Ok(id)
-    });
+    // SAFETY: the caller's cfg.
+    let r = unsafe { config(cfg) }
+        .and_then(|c| FileHandle::from_fd(fd, c))
+        .and_then(|f| {
+            let id = new_id()?;
+            reg()
+                .files
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, Arc::new(f));
+            Ok(id)
+        });
     r.unwrap_or_else(fail)
 }
 

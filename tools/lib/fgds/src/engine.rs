@@ -153,7 +153,7 @@ impl Default for Config {
             queue_depth: e.queue_depth,
             strict: e.strict,
             use_io_uring: e.use_io_uring,
-            disable_direct: false,
+            disable_direct: !e.direct,
             parallel: e.parallel,
             split_size: e.split_size,
             bounce_split_size: e.bounce_split_size,

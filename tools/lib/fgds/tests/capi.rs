@@ -16,9 +16,11 @@ fn c_abi_read_write_readv_stats() {
     let p = file_with(&d, "f", &data);
     let cp = CString::new(p.to_str().unwrap()).unwrap();
     let cfg = fgds_config {
+        size: std::mem::size_of::<fgds_config>() as u32,
         chunk_size: 65536,
         queue_depth: 4,
         flags: 0,
+        reserved: 0,
     };
     let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDWR, 0, &cfg) };
     assert!(h > 0, "{h}");
@@ -300,4 +302,91 @@ fn c_abi_stream_ordered_errors() {
     assert_eq!(fgds_close(h), 0);
     assert_eq!(fgds_buf_deregister(base), 0);
     unsafe { std::alloc::dealloc(raw, layout) };
+}
+
+/// `struct fgds_config` carries its size: 0 is the first version's, a
+/// smaller one is refused, a larger one is taken when the bytes the library
+/// does not know are 0 and refused, naming the byte, when they are not.
+#[test]
+fn config_size_lets_the_struct_grow() {
+    let d = tmpdir();
+    let p = file_with(&d, "f", &random_bytes(8192, 3));
+    let cp = CString::new(p.to_str().unwrap()).unwrap();
+    #[repr(C)]
+    struct Bigger {
+        cfg: fgds_config,
+        more: u64,
+    }
+    let open = |cfg: *const fgds_config| {
+        // SAFETY: a NUL-terminated path and a config valid for its size.
+        let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDONLY, 0, cfg) };
+        let msg = unsafe { CStr::from_ptr(fgds_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        if h > 0 {
+            assert_eq!(fgds_close(h), 0);
+        }
+        (h, msg)
+    };
+    let base = fgds_config {
+        flags: FGDS_CONFIG_NO_IO_URING,
+        ..Default::default()
+    };
+    assert!(open(&base).0 > 0, "size 0: the first version");
+    let sized = fgds_config {
+        size: FGDS_CONFIG_SIZE_VER0,
+        ..base
+    };
+    assert!(open(&sized).0 > 0);
+    let (h, m) = open(&fgds_config { size: 8, ..base });
+    assert_eq!(h, -libc::EINVAL);
+    assert!(
+        m.contains("size 8 is less than the first version's 24"),
+        "{m}"
+    );
+    let mut big = Bigger {
+        cfg: fgds_config {
+            size: std::mem::size_of::<Bigger>() as u32,
+            ..base
+        },
+        more: 0,
+    };
+    assert!(open(&big.cfg).0 > 0, "a later caller, nothing new asked");
+    big.more = 1;
+    let (h, m) = open(&big.cfg);
+    assert_eq!(h, -libc::EINVAL);
+    assert!(m.contains("byte 24 of 32 is set"), "{m}");
+    let (h, m) = open(&fgds_config {
+        reserved: 5,
+        ..sized
+    });
+    assert_eq!(h, -libc::EINVAL);
+    assert!(m.contains("reserved must be 0"), "{m}");
+}
+
+/// The version call, the header's macro, and the shared library's soname.
+#[test]
+fn version_and_soname() {
+    let v = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|n| n.parse::<u32>().unwrap())
+        .fold(0, |a, n| a * 100 + n);
+    assert_eq!(fgds_version(), v);
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let lib = [deps.join("libfgds.so"), deps.join("../libfgds.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("libfgds.so built with the tests");
+    let out = std::process::Command::new("readelf")
+        .arg("-d")
+        .arg(&lib)
+        .output()
+        .expect("readelf (binutils)");
+    let d = String::from_utf8_lossy(&out.stdout);
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    assert!(
+        d.contains(&format!("Library soname: [libfgds.so.{major}]")),
+        "{d}"
+    );
 }

@@ -35,9 +35,11 @@ fn buffer_p2p_and_fallback_reason() {
 
     // a descriptor without O_DIRECT: every byte bounces, and it says why
     let cfg = fgds_config {
+        size: std::mem::size_of::<fgds_config>() as u32,
         chunk_size: 0,
         queue_depth: 0,
         flags: FGDS_CONFIG_NO_DIRECT,
+        reserved: 0,
     };
     // SAFETY: a NUL-terminated path and a valid config.
     let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDONLY, 0, &cfg) };

@@ -35,9 +35,11 @@ fn environment_sets_the_defaults() {
     let p = file_with(&d, "f", &data);
     let cp = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
     let zero = fgds_config {
+        size: std::mem::size_of::<fgds_config>() as u32,
         chunk_size: 0,
         queue_depth: 0,
         flags: 0,
+        reserved: 0,
     };
     for cfg in [std::ptr::null(), &zero as *const fgds_config] {
         let h = unsafe { fgds_open(cp.as_ptr(), libc::O_RDONLY, 0, cfg) };

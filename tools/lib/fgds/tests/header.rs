@@ -58,7 +58,7 @@ fn header_declares_every_function() {
 #[test]
 fn header_layout_matches() {
     let (body, mut want) = c_layout! {
-        fgds_config => fgds_config { chunk_size, queue_depth, flags }
+        fgds_config => fgds_config { size, flags, chunk_size, queue_depth, reserved }
         fgds_io_segment => fgds_io_segment { base, offset, size }
         fgds_stats => fgds_stats { direct_bytes, bounce_bytes, fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors }
         fgds_io_params => fgds_io_params { handle, opcode, cookie, file_offset, base, buf_offset, size, segments, nsegments }
@@ -68,6 +68,8 @@ fn header_layout_matches() {
         FGDS_CONFIG_STRICT = FGDS_CONFIG_STRICT,
         FGDS_CONFIG_NO_IO_URING = FGDS_CONFIG_NO_IO_URING,
         FGDS_CONFIG_NO_DIRECT = FGDS_CONFIG_NO_DIRECT,
+        FGDS_CONFIG_SIZE_VER0 = FGDS_CONFIG_SIZE_VER0,
+        FGDS_VERSION = fgds_version(),
         FGDS_OP_READ = FGDS_OP_READ,
         FGDS_OP_WRITE = FGDS_OP_WRITE,
         FGDS_IOV_MAX = fgds::FGDS_IOV_MAX,
