@@ -5,9 +5,10 @@
  * and registered as a cuFile buffer through fgds's one cuFile extension
  * (cuFileBufRegisterDmabufFGDS: no CUDA in the guest, so no cudaMalloc'd
  * pointer for cuFileBufRegister); everything else is cuFile's own API:
- * driver properties, handle registration, cuFileRead/cuFileWrite, batches,
- * cuFile's statistics. Reads land in the BAR by P2P (every byte checked by
- * the host through barcheck), writes go from the BAR to ext4, the loop
+ * driver properties, handle registration, cuFileRead/cuFileWrite, cuFile
+ * 1.19's cuFileReadv/cuFileWritev, batches, cuFile's statistics. Reads
+ * land in the BAR by P2P (every byte checked by the host through
+ * barcheck), writes go from the BAR to ext4, the loop
  * device (no P2P) falls back visibly; cuFileGetStatsL3 must say which path
  * each request took.
  */
@@ -217,6 +218,69 @@ TEST_F_TIMEOUT(cufile, write_from_the_bar, 300)
 	EXPECT_EQ(1, g->n_p2p_writes);
 	EXPECT_EQ(0, g->n_posix_writes);
 	EXPECT_EQ(LEN, g->writes_bytes);
+}
+
+/*
+ * cuFile 1.19's cuFileReadv: one call, the segments in order from the file
+ * offset on, scattered over the BAR out of order, one of them unaligned
+ * (its edges bounce, the rest goes by P2P): every segment host-checked.
+ */
+TEST_F_TIMEOUT(cufile, readv_scatters_into_the_bar, 300)
+{
+	char *base = self->base;
+	CUfileIOVec_t iov[4] = {
+		{ base + 4 * SZ_1M, SZ_1M },
+		{ base, 2 * SZ_1M },
+		{ base + 6 * SZ_1M, SZ_1M },
+		{ base + 7 * SZ_1M + 77, 5000 },
+	};
+	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
+	const size_t total = 4 * SZ_1M + 5000;
+
+	ASSERT_EQ((ssize_t)total, cuFileReadv(self->fh, iov, 4, SZ_1M, 0));
+	host_check(_metadata, SEED, BAR_OFF + 4 * SZ_1M, SZ_1M, SZ_1M);
+	host_check(_metadata, SEED, BAR_OFF, 2 * SZ_1M, 2 * SZ_1M);
+	host_check(_metadata, SEED, BAR_OFF + 6 * SZ_1M, SZ_1M, 4 * SZ_1M);
+	host_check(_metadata, SEED, BAR_OFF + 7 * SZ_1M + 77, 5000, 5 * SZ_1M);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	EXPECT_EQ(1, l1->readv_ops.ok);
+	EXPECT_EQ(total, l1->readv_bytes);
+	/* A bad call: flags, or no segments with a NULL array. */
+	EXPECT_GT(0, cuFileReadv(self->fh, iov, 4, 0, 1));
+	EXPECT_EQ(0, cuFileReadv(self->fh, NULL, 0, 0, 0));
+}
+
+/*
+ * cuFileWritev: segments of the BAR, out of order, gathered into the file
+ * in the order given; the file read back with O_DIRECT, every byte.
+ */
+TEST_F_TIMEOUT(cufile, writev_gathers_from_the_bar, 300)
+{
+	char *base = self->base, ans[256];
+	CUfileIOVec_t iov[3] = {
+		{ base + 3 * SZ_1M, SZ_1M },
+		{ base, SZ_1M },
+		{ base + 6 * SZ_1M, 2 * SZ_1M },
+	};
+	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
+	char *buf;
+	int fd;
+
+	ASSERT_EQ(0, fgds_host_req("fill", SEED + 3, BAR_OFF, LEN, 0, ans, sizeof(ans)))
+		TH_LOG("host: %s", ans);
+	ASSERT_EQ((ssize_t)(4 * SZ_1M), cuFileWritev(self->fh, iov, 3, 0, 0));
+	ASSERT_EQ(0, posix_memalign((void **)&buf, 4096, 4 * SZ_1M));
+	fd = open(self->path, O_RDONLY | O_DIRECT);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)(4 * SZ_1M), pread(fd, buf, 4 * SZ_1M, 0));
+	EXPECT_EQ(-1, fgds_pattern_cmp(buf, SZ_1M, SEED + 3, 3 * SZ_1M));
+	EXPECT_EQ(-1, fgds_pattern_cmp(buf + SZ_1M, SZ_1M, SEED + 3, 0));
+	EXPECT_EQ(-1, fgds_pattern_cmp(buf + 2 * SZ_1M, 2 * SZ_1M, SEED + 3, 6 * SZ_1M));
+	close(fd);
+	free(buf);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
+	EXPECT_EQ(1, l1->writev_ops.ok);
+	EXPECT_EQ(4 * SZ_1M, l1->writev_bytes);
 }
 
 TEST_F_TIMEOUT(cufile, no_p2p_device_falls_back_visibly, 300)
