@@ -74,7 +74,6 @@ use kernel::{
     },
     miscdevice::{
         MiscDevice,
-        MiscDeviceOptions,
         MiscDeviceRegistration, //
     },
     mm::virt::{
@@ -100,6 +99,7 @@ use kernel::{
     rbtree::RBTree,
     seq_file::SeqFile,
     seq_print,
+    str::CString,
     sync::{
         aref::ARef,
         Arc,
@@ -142,11 +142,6 @@ const PAGES_PER_CHUNK: usize = (CHUNK_SIZE as usize) / PAGE_SIZE;
 const MAX_CHUNK_UNITS: u64 = (1 << 30) / CHUNK_SIZE;
 /// Largest registration (also reported by `FGDS_IOCTL_VERSION`).
 const MAX_BUFFER_SIZE: u64 = 1 << 40;
-/// Most BARs served at once (one node name each).
-const NODE_NAMES: [&CStr; 16] = [
-    c"fgds0", c"fgds1", c"fgds2", c"fgds3", c"fgds4", c"fgds5", c"fgds6", c"fgds7", c"fgds8",
-    c"fgds9", c"fgds10", c"fgds11", c"fgds12", c"fgds13", c"fgds14", c"fgds15",
-];
 
 const IOCTL_VERSION: u32 = _IOR::<Version>(
     uapi::FGDS_IOCTL_BASE,
@@ -931,44 +926,6 @@ impl MiscDevice for FgdsFile {
     }
 }
 
-/// Node names in use: bit `i` for `NODE_NAMES[i]`.
-static NODE_NAMES_USED: AtomicUsize = AtomicUsize::new(0);
-
-/// A node name, given back when dropped.
-struct NodeName(usize);
-
-impl NodeName {
-    /// The first free name, or `ENOSPC`.
-    fn claim() -> Result<Self> {
-        let mut used = NODE_NAMES_USED.load(Ordering::Relaxed);
-        loop {
-            let i = (!used).trailing_zeros() as usize;
-            if i >= NODE_NAMES.len() {
-                return Err(ENOSPC);
-            }
-            match NODE_NAMES_USED.compare_exchange(
-                used,
-                used | (1 << i),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(Self(i)),
-                Err(now) => used = now,
-            }
-        }
-    }
-
-    fn name(&self) -> &'static CStr {
-        NODE_NAMES[self.0]
-    }
-}
-
-impl Drop for NodeName {
-    fn drop(&mut self) {
-        NODE_NAMES_USED.fetch_and(!(1 << self.0), Ordering::AcqRel);
-    }
-}
-
 /// The misc device of an offered BAR, the driver data of its auxiliary device.
 #[pin_data]
 struct GpuNode {
@@ -976,14 +933,14 @@ struct GpuNode {
     #[pin]
     misc: MiscDeviceRegistration<FgdsFile>,
     gpu: Arc<Gpu>,
-    /// Given back after the node is gone (fields drop in order).
-    _name: NodeName,
 }
 
 impl GpuNode {
     fn new(adev: &auxiliary::Device<Core<'_>>) -> Result<Pin<KBox<Self>>> {
         let offer = Offer::new(adev)?;
-        let name = NodeName::claim()?;
+        // `fgdsN` for the offer `pci_p2pdma.bar.N`: the offers' ids are unique while they
+        // exist, so no two nodes share a name, and there is no limit of our own on their count.
+        let name = CString::try_from_fmt(fmt!("fgds{}", adev.id()))?;
         let gpu = Arc::pin_init(
             try_pin_init!(Gpu {
                 offer,
@@ -1003,13 +960,8 @@ impl GpuNode {
         let parent = ARef::from(gpu.offer.device().as_ref());
         KBox::try_pin_init(
             try_pin_init!(GpuNode {
-                misc <- MiscDeviceRegistration::register_with(
-                    MiscDeviceOptions { name: name.name() },
-                    Some(parent),
-                    gpu.clone(),
-                ),
+                misc <- MiscDeviceRegistration::register_named(name, Some(parent), gpu.clone()),
                 gpu,
-                _name: name,
             }),
             GFP_KERNEL,
         )

@@ -7,6 +7,8 @@
 #ifndef FGDS_TEST_H
 #define FGDS_TEST_H
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -96,22 +98,29 @@ static inline int fgds_sysfs_write(const char *path, const char *val)
 static inline int fgds_node_of(const char *bdf, char *path, size_t len)
 {
 	char link[PATH_MAX], target[PATH_MAX];
-	int i;
+	struct dirent *de;
+	int ret = -ENODEV, n;
+	DIR *d;
 
-	for (i = 0; i < 16; i++) {
+	d = opendir("/sys/class/misc");
+	if (!d)
+		return -ENODEV;
+	while (ret && (de = readdir(d))) {
+		/* fgdsN, N the id of the BAR's offer: no fixed range. */
+		if (strncmp(de->d_name, "fgds", 4) || !isdigit(de->d_name[4]))
+			continue;
 		/*
 		 * A node's device is the auxiliary device of its BAR's offer
 		 * (pci_p2pdma.bar.<id>), a child of the PCI device.
 		 */
-		snprintf(link, sizeof(link), "/sys/class/misc/fgds%d/device/..", i);
-		if (!realpath(link, target))
+		snprintf(link, sizeof(link), "/sys/class/misc/%s/device/..", de->d_name);
+		if (!realpath(link, target) || strcmp(basename(target), bdf))
 			continue;
-		if (!strcmp(basename(target), bdf)) {
-			snprintf(path, len, "/dev/fgds%d", i);
-			return 0;
-		}
+		n = snprintf(path, len, "/dev/%s", de->d_name);
+		ret = n < (int)len ? 0 : -ENAMETOOLONG;
 	}
-	return -ENODEV;
+	closedir(d);
+	return ret;
 }
 
 /* A number from fgds's fdinfo of @fd ("fgds-buffers", "fgds-gpu-chunks", ...), or -1. */
