@@ -18,6 +18,9 @@
  *   reads in flight.
  * - A fence the exporter signals after map (a VRAM clear): REG_BUFFER waits
  *   for it, and the clear does not land over data read afterwards.
+ * - rmmod of the exporter with a registration live is refused (the
+ *   dma-buf pins its module) and the registration keeps working; after
+ *   UNREG the module unloads and its node goes.
  * - A dma-buf kept across an unbind and a bind of an exporter that does not
  *   revoke at remove() (amdgpu, xe) is refused with ENODEV; 20 (make
  *   stress: 100) unbinds and binds of such an exporter with REG_BUFFER running and reads
@@ -39,6 +42,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -917,6 +921,66 @@ TEST_F_TIMEOUT(late, rebind_with_reg_and_io_in_flight, 1800)
 		       r.ok, r.enodev);
 	close(slow);
 	ASSERT_EQ(0, set_revoke_at_remove(1));
+}
+
+/*
+ * rmmod of the BAR's owner with a registration live, the dma-buf's fd
+ * closed: the registration holds the dma-buf, and dma_buf_export() took a
+ * reference on the exporter's module for it, so delete_module() fails with
+ * EWOULDBLOCK (rmmod: "in use") and the registration keeps working (a read
+ * into its mapping moves every byte, checked by the host). Once it is
+ * unregistered the module unloads: the owner's unbind removes the offer and
+ * the node, and no struct page is left. The exporter is loaded and bound
+ * again for the tests after this one.
+ */
+TEST_F(late, rmmod_owner_with_registration_live)
+{
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	struct fgds_buffer_info info;
+	long long memmap0;
+	struct fgds_buf b;
+	struct ex_env e;
+	char node[64];
+	const char *why;
+	int raw, ret;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_EQ(0, access("/sys/module/" KUNIT_MOD, F_OK) ? 0 : system("rmmod " KUNIT_MOD));
+	raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, raw);
+	ASSERT_EQ(0, fgds_put_pattern(raw, 0, BUF_LEN, 0x5108));
+	memmap0 = fgds_memmap_pages();
+	ret = ex_open(&e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	ASSERT_EQ(0, ex_buf(&e, flags, 32 * SZ_1M, &b));
+	close(b.dmabuf);
+	b.dmabuf = -1;
+	/* Nothing of ours but the registration holds the exporter now. */
+	close(e.tpd);
+	e.tpd = -1;
+
+	ret = syscall(__NR_delete_module, TPD_NAME, O_NONBLOCK) ? errno : 0;
+	EXPECT_EQ(EWOULDBLOCK, ret) TH_LOG("rmmod with a registration live: %s", strerror(ret));
+	ASSERT_NE(0, ret) TH_LOG("the exporter went with a registration live");
+	ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
+	EXPECT_EQ(0, info.state);
+	ASSERT_EQ(BUF_LEN, pread(raw, b.p, BUF_LEN, 0));
+	EXPECT_EQ(0, host2("check", 0x5108, 32 * SZ_1M, BUF_LEN, 0))
+		TH_LOG("a read after the refused rmmod did not land");
+
+	fgds_buf_put(e.node, &b);
+	ret = syscall(__NR_delete_module, TPD_NAME, O_NONBLOCK) ? errno : 0;
+	EXPECT_EQ(0, ret) TH_LOG("rmmod after UNREG: %s", strerror(ret));
+	EXPECT_EQ(-ENODEV, fgds_node_of(bdf2(), node, sizeof(node)));
+	ex_close(&e);
+	close(raw);
+	if (access("/sys/module/" TPD_NAME, F_OK))
+		ASSERT_EQ(0, system("modprobe " TPD_NAME " owner_pages_mib=" OWNER_MIB_STR));
+	ASSERT_EQ(0, bind_to(bdf2(), TPD_NAME));
+	/* Bound again, the exporter made its own pages again: none of fgds's is left. */
+	EXPECT_EQ(memmap0, fgds_memmap_pages());
 }
 
 /* The second stand-in goes back to vfio-pci, for every later test. */
