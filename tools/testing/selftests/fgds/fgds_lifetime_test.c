@@ -5,7 +5,8 @@
  *   registration is mapped and O_DIRECT reads run into it;
  * - SIGKILL of a process with io_uring reads in flight into its mapping;
  * - UNREG, munmap, close of the node and close of the dma-buf with io_uring
- *   reads in flight;
+ *   reads in flight; two UNREGs of one cookie at once, each returning only
+ *   after the drain;
  * - threads registering, mapping, doing I/O and unregistering at once, on
  *   one open file, on several, and on two GPUs' nodes;
  * - the second GPU removed from the system (as on hot-unplug) under a mapped
@@ -624,6 +625,96 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 		ksft_print_msg("%s: nr_memmap_pages %lld before, %lld registered, %lld after\n",
 			       action_name[action], memmap0, memmap_reg, fgds_memmap_pages());
 	}
+}
+
+/* Two UNREG_BUFFERs of one cookie, started together from two threads. */
+struct unreg_race {
+	pthread_barrier_t go;
+	int node;
+	__u64 cookie, fresh;
+	int ret[2];
+	int returned;	/* how many have returned */
+	int first;	/* which returned first */
+	int fill_ret;
+};
+
+static void unreg_racer(struct unreg_race *r, int me)
+{
+	pthread_barrier_wait(&r->go);
+	r->ret[me] = fgds_unreg(r->node, r->cookie);
+	if (__atomic_fetch_add(&r->returned, 1, __ATOMIC_ACQ_REL) == 0) {
+		/* The first to return: the memory is no longer the registration's. */
+		r->first = me;
+		r->fill_ret = host("fill", r->fresh, BAR_BASE, BUF_LEN);
+	}
+}
+
+static void *unreg_racer_thread(void *arg)
+{
+	unreg_racer(arg, 1);
+	return NULL;
+}
+
+#define UNREG_RACE_ROUNDS 20
+
+/*
+ * Two UNREG_BUFFERs of one cookie at once, with reads in flight: one
+ * unregisters, the other gets ENOENT, and each returns only after the DMA
+ * drained: the host refills the memory as soon as the first of them
+ * returns, whichever it is, and finds the refill intact after every read
+ * ended. (The loser used to return ENOENT at once, while the winner was
+ * still draining.)
+ */
+TEST_F_TIMEOUT(lt, concurrent_unregs_return_after_the_drain, 600)
+{
+	int round, again = 0, loser_first = 0, min_p = NR_IOS, max_p = 0;
+
+	for (round = 0; round < UNREG_RACE_ROUNDS; round++) {
+		struct unreg_race r = { .node = self->node };
+		int res[NR_IOS], ok, efault, pending;
+		struct io_uring ring;
+		struct fgds_buf b;
+		pthread_t thr;
+
+		r.fresh = 0xace0000 + round;
+		ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
+		ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
+		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+		ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
+		pending = NR_IOS - io_uring_cq_ready(&ring);
+		if (!pending) {
+			ASSERT_EQ(0, drain_unused_round(&ring));
+			io_uring_queue_exit(&ring);
+			fgds_buf_put(self->node, &b);
+			ASSERT_GT(UNREG_RACE_ROUNDS, ++again)
+				TH_LOG("too many rounds with nothing in flight");
+			round--;
+			continue;
+		}
+		r.cookie = b.cookie;
+		ASSERT_EQ(0, pthread_barrier_init(&r.go, NULL, 2));
+		ASSERT_EQ(0, pthread_create(&thr, NULL, unreg_racer_thread, &r));
+		unreg_racer(&r, 0);
+		pthread_join(thr, NULL);
+		pthread_barrier_destroy(&r.go);
+		b.cookie = 0;
+		/* One unregistered, the other found nothing. */
+		EXPECT_EQ(-ENOENT, r.ret[0] + r.ret[1])
+			TH_LOG("round %d: UNREGs returned %d and %d", round, r.ret[0], r.ret[1]);
+		ASSERT_EQ(0, r.fill_ret);
+		loser_first += r.ret[r.first] == -ENOENT;
+		ASSERT_EQ(0, reap(&ring, NR_IOS, res, &ok, &efault));
+		io_uring_queue_exit(&ring);
+		EXPECT_EQ(0, host("check", r.fresh, BAR_BASE, BUF_LEN))
+			TH_LOG("round %d: DMA after the first UNREG (%s) returned", round,
+			       r.ret[r.first] ? "ENOENT" : "0");
+		fgds_buf_put(self->node, &b);
+		min_p = pending < min_p ? pending : min_p;
+		max_p = pending > max_p ? pending : max_p;
+	}
+	ksft_print_msg("concurrent UNREGs: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
+		       UNREG_RACE_ROUNDS, min_p, max_p, NR_IOS, again);
+	ksft_print_msg("concurrent UNREGs: the ENOENT one returned first %d times\n", loser_first);
 }
 
 /*
