@@ -8,7 +8,8 @@
 #                 ending with "N passed, N failed"
 #   make stress   the VM's bounded tests run longer than make check runs them
 #                 (fgds_stress 600 s, fgds_fuzz up to 800 s, 100 rebinds of
-#                 the exporter), on the debug kernel; not part of CI
+#                 the exporter, 100 rounds of each lifetime test), on the
+#                 debug kernel; not part of CI
 #
 # FGDS_KCONFIG=release|debug picks the kernel configuration (demo: release,
 # check: debug). Everything is built under build/ (ignored by git).
@@ -27,7 +28,8 @@ check:
 
 stress:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),debug) FGDS_STRESS=1 FGDS_VM_TIMEOUT=5400 \
-		FGDS_TESTS=fgds_stress,fgds_fuzz,fgds_exporter_test $(VM)/run-vm.sh check
+		FGDS_TESTS=fgds_lifetime_test,fgds_stress,fgds_fuzz,fgds_exporter_test \
+		$(VM)/run-vm.sh check
 
 # The driver's figures and the in-VM suite (every path side by side), on the
 # release kernel; the driver's figures in build/bench/vm-driver.json, the

@@ -55,8 +55,20 @@
 #define SLOW_BPS (16 * SZ_1M)
 /* Longest a read of the slow NVMe can take: every byte in flight, at SLOW_BPS, twice over. */
 #define SLOW_DRAIN_US (2 * 1000000ULL * BUF_LEN / SLOW_BPS)
-/* Teardowns of each kind with reads in flight, revocations, SIGKILLs. */
-#define ROUNDS 100
+/*
+ * Teardowns of each kind with reads in flight, revocations, SIGKILLs:
+ * FGDS_LIFETIME_ROUNDS, or 30 (make stress: 100).
+ */
+#define DEFAULT_ROUNDS 30
+static int nr_rounds = DEFAULT_ROUNDS;
+
+static void __attribute__((constructor)) lifetime_rounds(void)
+{
+	const char *env = getenv("FGDS_LIFETIME_ROUNDS");
+
+	if (env && atoi(env) > 0)
+		nr_rounds = atoi(env);
+}
 
 static int open_raw(void)
 {
@@ -418,7 +430,7 @@ static void __noreturn child_reader(int dmabuf, int ready, int *in_flight)
 }
 
 /*
- * SIGKILL with reads in flight, ROUNDS times: the registration ends with the
+ * SIGKILL with reads in flight, nr_rounds times: the registration ends with the
  * process, after its DMA; the memory, refilled by the host right after the
  * child is reaped, is not written again while any read the child had in
  * flight could still land; the range can be registered again at once.
@@ -439,7 +451,7 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 	in_flight = mmap(NULL, SZ_4K, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, in_flight);
 
-	for (kills = 0; kills < ROUNDS; kills++) {
+	for (kills = 0; kills < nr_rounds; kills++) {
 		int pipefd[2], status, n;
 		__u64 cookie = 0;
 		char c;
@@ -493,7 +505,7 @@ TEST_F_TIMEOUT(lt, sigkill_with_io_in_flight, 1200)
 /*
  * A round whose reads all completed before its teardown could begin (the
  * guest stalled for longer than the slow NVMe needs: under TCG on a loaded
- * host) tests nothing: it is run again, at most ROUNDS times in a test, and
+ * host) tests nothing: it is run again, at most nr_rounds times in a test, and
  * the count is printed.
  */
 static int drain_unused_round(struct io_uring *ring)
@@ -509,7 +521,7 @@ static const char *const action_name[] = { "UNREG", "munmap", "close of the node
 
 /*
  * NR_IOS io_uring reads in flight, then one of UNREG, munmap, close of the
- * node or of the dma-buf, ROUNDS times each. Every read completes whole or
+ * node or of the dma-buf, nr_rounds times each. Every read completes whole or
  * with EFAULT, and each slot of the buffer holds what its read brought or
  * what was there before; UNREG returns only once no DMA is in flight, so
  * memory the host refills right after it stays as the host left it while
@@ -525,9 +537,9 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 		long long total_p = 0, memmap0 = fgds_memmap_pages(), memmap_reg = -1;
 
 		ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
-		for (round = 0; round < ROUNDS; round++) {
+		for (round = 0; round < nr_rounds; round++) {
 			int node = open(FGDS_NODE, O_RDWR | O_CLOEXEC), ok, efault, pending, i;
-			__u64 fresh = 0xabc0000 + action * ROUNDS + round;
+			__u64 fresh = 0xabc0000 + action * nr_rounds + round;
 			int res[NR_IOS] = { 0 };
 			struct io_uring ring;
 			struct fgds_buf b;
@@ -545,7 +557,7 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 				io_uring_queue_exit(&ring);
 				fgds_buf_put(node, &b);
 				close(node);
-				ASSERT_GT(ROUNDS, ++again)
+				ASSERT_GT(nr_rounds, ++again)
 					TH_LOG("%s: too many rounds with nothing in flight",
 					       action_name[action]);
 				round--;
@@ -712,13 +724,13 @@ TEST_F_TIMEOUT(lt, concurrent_unregs_return_after_the_drain, 600)
 		min_p = pending < min_p ? pending : min_p;
 		max_p = pending > max_p ? pending : max_p;
 	}
-	ksft_print_msg("concurrent UNREGs: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
+	ksft_print_msg("concurrent UNREGs: %d rounds, %d to %d of %d reads in flight (%d reruns)\n",
 		       UNREG_RACE_ROUNDS, min_p, max_p, NR_IOS, again);
 	ksft_print_msg("concurrent UNREGs: the ENOENT one returned first %d times\n", loser_first);
 }
 
 /*
- * The exporter revokes with reads in flight, ROUNDS times: memory decode off
+ * The exporter revokes with reads in flight, nr_rounds times: memory decode off
  * (vfio-pci revokes its dma-bufs; fgds drains before the revocation
  * completes) and on again; the host refills the range at once and, after
  * every read has ended, finds it unchanged. The registration reports the
@@ -732,7 +744,7 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 	ASSERT_LE(0, memmap0) TH_LOG("no nr_memmap_pages in /proc/vmstat");
 	ASSERT_EQ(0, host("fill", 0x6a4d, BAR_BASE - SZ_1M, SZ_1M));
 	ASSERT_EQ(0, host("fill", 0x6a4e, BAR_BASE + BUF_LEN, SZ_1M));
-	for (round = 0; round < ROUNDS; round++) {
+	for (round = 0; round < nr_rounds; round++) {
 		__u64 fresh = 0xfeed0000 + round;
 		struct fgds_buffer_info info;
 		int res[NR_IOS] = { 0 };
@@ -749,7 +761,8 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 			ASSERT_EQ(0, drain_unused_round(&ring));
 			io_uring_queue_exit(&ring);
 			fgds_buf_put(self->node, &b);
-			ASSERT_GT(ROUNDS, ++again) TH_LOG("too many rounds with nothing in flight");
+			ASSERT_GT(nr_rounds, ++again)
+				TH_LOG("too many rounds with nothing in flight");
 			round--;
 			continue;
 		}
