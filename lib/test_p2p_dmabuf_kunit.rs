@@ -24,7 +24,8 @@ use kernel::{
         DmaBuf,
         DynamicAttachment,
         Importer,
-        Invalidation, //
+        Invalidation,
+        ResvUsage, //
     },
     error::from_err_ptr,
     ffi::{
@@ -295,7 +296,7 @@ mod tests {
                 check!(it.next() == Some((bar_start + off, size)));
                 check!(it.next().is_none());
             }
-            check!(locked.wait_kernel_fences().is_ok());
+            check!(locked.wait_fences(ResvUsage::Kernel).is_ok());
         }
         {
             let mut locked = attach.lock();
@@ -393,7 +394,7 @@ mod tests {
         locked.map()?;
         // Signalled 500 ms after the map.
         check!(!kernel_fences_signalled(&buf));
-        locked.wait_kernel_fences()?;
+        locked.wait_fences(ResvUsage::Kernel)?;
         check!(kernel_fences_signalled(&buf));
         Ok(())
     }

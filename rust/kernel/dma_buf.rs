@@ -250,6 +250,19 @@ impl<T: Importer> Drop for DynamicAttachment<T> {
     }
 }
 
+/// How the fences of a reservation object are used (`enum dma_resv_usage`), in the order in
+/// which waiting for one waits for those before it too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ResvUsage {
+    /// The exporter's memory management (moves, clears): always waited for before access.
+    Kernel = bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+    /// Implicitly synchronised writers: what a reader waits for.
+    Write = bindings::dma_resv_usage_DMA_RESV_USAGE_WRITE,
+    /// Implicitly synchronised readers (and writers): what a writer waits for.
+    Read = bindings::dma_resv_usage_DMA_RESV_USAGE_READ,
+}
+
 /// A [`DynamicAttachment`] whose buffer's reservation lock is held.
 ///
 /// # Invariants
@@ -341,17 +354,19 @@ impl<T: Importer> Locked<'_, T> {
         !unsafe { *self.inner.sgt.get() }.is_null()
     }
 
-    /// Waits for the fences an importer must wait for before using the mapping (the exporter's
-    /// moves and clears: `DMA_RESV_USAGE_KERNEL`), as the dma-buf rules for dynamic importers
-    /// ask after [`Locked::map`]. Interruptible: fails with `ERESTARTSYS`.
-    pub fn wait_kernel_fences(&self) -> Result {
+    /// Waits for the fences of `usage` and of every usage before it (see [`ResvUsage`]) in the
+    /// buffer's reservation object, as the dma-buf rules for dynamic importers ask after
+    /// [`Locked::map`]: the exporter's moves and clears always ([`ResvUsage::Kernel`]), and for
+    /// implicit synchronisation the writers before a read ([`ResvUsage::Write`]), the readers and
+    /// writers before a write ([`ResvUsage::Read`]). Interruptible: fails with `ERESTARTSYS`.
+    pub fn wait_fences(&self, usage: ResvUsage) -> Result {
         // The attachment is valid and so is its buffer's `resv`; the lock is held (type
         // invariant), under which waiting is allowed.
         // SAFETY: See the comment above.
         let ret = unsafe {
             bindings::dma_resv_wait_timeout(
                 (*(*self.attach.as_ptr()).dmabuf).resv,
-                bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+                usage as bindings::dma_resv_usage,
                 true,
                 // MAX_SCHEDULE_TIMEOUT
                 crate::ffi::c_long::MAX as crate::ffi::c_ulong,

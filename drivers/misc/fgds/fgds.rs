@@ -61,7 +61,8 @@ use kernel::{
         DynamicAttachment,
         Importer,
         Invalidation,
-        PhysRanges, //
+        PhysRanges,
+        ResvUsage, //
     },
     fs::{
         file::MappingRef,
@@ -777,7 +778,7 @@ impl FgdsFile {
                 .map()
                 .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
             // The exporter's moves and clears of the memory come before any use of it.
-            locked.wait_kernel_fences()?;
+            locked.wait_fences(ResvUsage::Kernel)?;
             // `EOPNOTSUPP`: the exporter does not describe its memory as PCI MMIO (system
             // memory, or a driver without `get_phys()`); `ENODEV`: revoked meanwhile.
             let phys = locked.phys_ranges()?;
