@@ -30,7 +30,9 @@
  *   map, signalled fence_ms later, after the memory was filled: the clear
  *   that amdgpu (AMDGPU_GEM_CREATE_VRAM_CLEARED, amdgpu_fill_buffer()) and
  *   xe (xe_migrate_clear()) queue on a buffer and publish as a
- *   DMA_RESV_USAGE_KERNEL fence.
+ *   DMA_RESV_USAGE_KERNEL fence; with fence_write, a DMA_RESV_USAGE_WRITE
+ *   fence instead: a user's job writing the buffer, implicitly synchronised
+ *   (amdgpu_cs_submit() adds a command submission's fence so).
  *
  * The module parameter owner_pages_mib makes probe create P2PDMA pages
  * itself (pci_p2pdma_add_resource()) over the last owner_pages_mib MiB of
@@ -109,6 +111,7 @@ struct test_buf {
 	u32 flags;
 	u32 fence_ms;
 	u8 fence_fill;
+	bool fence_write;
 	bool revoked;
 	atomic64_t attachments;
 	atomic64_t maps;
@@ -185,6 +188,7 @@ static int test_add_fence(struct test_buf *buf)
 	tf->phys = buf->phys;
 	tf->fill = buf->fence_fill;
 	dma_resv_add_fence(buf->dmabuf->resv, &tf->base,
+			   buf->fence_write ? DMA_RESV_USAGE_WRITE :
 			   DMA_RESV_USAGE_KERNEL);
 	/* The reference of the work, dropped when it signalled. */
 	dma_fence_get(&tf->base);
@@ -388,6 +392,7 @@ static struct dma_buf *test_new_buf(struct test_dev *tdev,
 	struct test_buf *buf;
 
 	if (req->flags & ~TEST_P2P_DMABUF_FLAGS || req->fence_fill > 0xff ||
+	    req->fence_write > 1 ||
 	    !req->size || !PAGE_ALIGNED(req->offset) ||
 	    !PAGE_ALIGNED(req->size) || req->offset >= tdev->bar_len ||
 	    req->size > tdev->bar_len - req->offset)
@@ -402,6 +407,7 @@ static struct dma_buf *test_new_buf(struct test_dev *tdev,
 	buf->flags = req->flags;
 	buf->fence_ms = req->fence_ms;
 	buf->fence_fill = req->fence_fill;
+	buf->fence_write = req->fence_write;
 	init_waitqueue_head(&buf->unmapped);
 
 	exp_info.ops = test_ops(req->flags);

@@ -36,6 +36,12 @@ struct test_p2p_dmabuf_export {
 	 */
 	__u32 fence_ms;
 	__u32 fence_fill;
+	/*
+	 * The fence's usage: 0 DMA_RESV_USAGE_KERNEL (the exporter's clear),
+	 * 1 DMA_RESV_USAGE_WRITE (a job of the GPU's user writing the buffer,
+	 * implicitly synchronised).
+	 */
+	__u32 fence_write;
 	__s32 fd;		/* out: the dma-buf */
 };
 

@@ -777,8 +777,10 @@ impl FgdsFile {
             locked
                 .map()
                 .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
-            // The exporter's moves and clears of the memory come before any use of it.
-            locked.wait_fences(ResvUsage::Kernel)?;
+            // The exporter's moves and clears of the memory come before any use of it, and so
+            // does every implicitly synchronised job on it: storage both writes the registration
+            // (reads of files) and reads it (writes), so its readers and writers too.
+            locked.wait_fences(ResvUsage::Read)?;
             // `EOPNOTSUPP`: the exporter does not describe its memory as PCI MMIO (system
             // memory, or a driver without `get_phys()`); `ENODEV`: revoked meanwhile.
             let phys = locked.phys_ranges()?;

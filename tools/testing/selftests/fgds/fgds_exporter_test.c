@@ -16,8 +16,9 @@
  *   memory refilled by the host after the teardown and checked after every
  *   read ended (a late DMA would show); unbinding the exporter's driver with
  *   reads in flight.
- * - A fence the exporter signals after map (a VRAM clear): REG_BUFFER waits
- *   for it, and the clear does not land over data read afterwards.
+ * - A fence the exporter signals after map (a VRAM clear), and a user's job
+ *   writing the buffer (an implicitly synchronised writer): REG_BUFFER waits
+ *   for each, and what it wrote does not land over data read afterwards.
  * - rmmod of the exporter with a registration live is refused (the
  *   dma-buf pins its module) and the registration keeps working; after
  *   UNREG the module unloads and its node goes.
@@ -626,22 +627,65 @@ FIXTURE_TEARDOWN(late)
 }
 
 /*
- * The exporter queues a clear of the memory and publishes it as a kernel
- * fence at map: REG_BUFFER returns after the clear, so the clear is in the
- * memory and data read afterwards is not overwritten by it.
+ * A fence at map: the exporter queues a clear of the memory and publishes it
+ * as a kernel fence (@write 0), or a job of the GPU's user writes it and is
+ * published as an implicitly synchronised writer (@write 1). REG_BUFFER
+ * returns after the fence, so what the job wrote is in the memory and data
+ * read afterwards is not overwritten by it.
  */
-TEST_F(late, fence_after_map_is_waited_for)
+static void fence_at_map(struct __test_metadata *_metadata, struct ex_env *e, int raw,
+			 __u64 off, int write)
 {
 	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
-	__u64 off = 24 * SZ_1M, cookie = 0;
+	struct test_p2p_dmabuf_export ex = {
+		.offset = off, .size = BUF_LEN, .flags = flags, .fence_ms = FENCE_MS,
+		.fence_fill = 0xa5, .fence_write = write,
+	};
+	const char *what = write ? "a user's write job" : "the exporter's clear";
 	struct test_p2p_dmabuf_state st;
+	__u64 cookie = 0;
+	unsigned char *p;
+	size_t i, bad = 0;
+	double t0, dt;
+
+	ASSERT_EQ(0, host2("fill", 0xfe7cf, off, BUF_LEN, 0));
+	ASSERT_EQ(0, ioctl(e->tpd, TEST_P2P_DMABUF_IOCTL_EXPORT, &ex));
+	t0 = fgds_now();
+	ASSERT_EQ(0, fgds_reg(e->node, ex.fd, 0, BUF_LEN, &cookie));
+	dt = fgds_now() - t0;
+	EXPECT_LE(FENCE_MS / 1000.0, dt) TH_LOG("REG_BUFFER returned before %s", what);
+	ASSERT_EQ(0, tpd_state(e->tpd, ex.fd, &st));
+	EXPECT_EQ(1, st.fences);
+	p = fgds_map(e->node, cookie, BUF_LEN);
+	ASSERT_NE(NULL, p);
+	/* What the fenced work wrote is in the memory (CPU reads through the mapping)... */
+	for (i = 0; i < BUF_LEN; i++)
+		bad += p[i] != 0xa5;
+	EXPECT_EQ(0, bad) TH_LOG("%zu bytes not written by %s when REG_BUFFER returned", bad,
+				 what);
+	/* ...and does not land over what is read afterwards. */
+	ASSERT_EQ((ssize_t)BUF_LEN, pread(raw, p, BUF_LEN, 0));
+	usleep(2 * FENCE_MS * 1000);
+	EXPECT_EQ(0, host2("check", 0xfe7ce, off, BUF_LEN, 0));
+	ksft_print_msg("REG_BUFFER waited %.0f ms for %s, fenced for %d ms\n", dt * 1000, what,
+		       FENCE_MS);
+	munmap(p, BUF_LEN);
+	EXPECT_EQ(0, fgds_unreg(e->node, cookie));
+	close(ex.fd);
+}
+
+/*
+ * REG_BUFFER waits for the fences the dma-buf rules ask a dynamic importer
+ * that reads and writes the memory to obey: the exporter's (a clear,
+ * DMA_RESV_USAGE_KERNEL) and implicitly synchronised writers
+ * (DMA_RESV_USAGE_WRITE).
+ */
+TEST_F(late, fence_after_map_is_waited_for)
+{
 	struct ex_env e;
 	const char *why;
-	unsigned char *p;
-	double t0, dt;
-	int dmabuf, raw, ret;
-	size_t i, bad = 0;
+	int raw, ret;
 
 	if (!bdf2())
 		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
@@ -650,29 +694,8 @@ TEST_F(late, fence_after_map_is_waited_for)
 	raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
 	ASSERT_LE(0, raw);
 	ASSERT_EQ(0, fgds_put_pattern(raw, 0, BUF_LEN, 0xfe7ce));
-	ASSERT_EQ(0, host2("fill", 0xfe7cf, off, BUF_LEN, 0));
-	dmabuf = tpd_export(e.tpd, off, BUF_LEN, flags, FENCE_MS, 0xa5);
-	ASSERT_LE(0, dmabuf);
-	t0 = fgds_now();
-	ASSERT_EQ(0, fgds_reg(e.node, dmabuf, 0, BUF_LEN, &cookie));
-	dt = fgds_now() - t0;
-	EXPECT_LE(FENCE_MS / 1000.0, dt) TH_LOG("REG_BUFFER returned before the fence");
-	ASSERT_EQ(0, tpd_state(e.tpd, dmabuf, &st));
-	EXPECT_EQ(1, st.fences);
-	p = fgds_map(e.node, cookie, BUF_LEN);
-	ASSERT_NE(NULL, p);
-	/* The clear is in the memory (CPU reads through the mapping)... */
-	for (i = 0; i < BUF_LEN; i++)
-		bad += p[i] != 0xa5;
-	EXPECT_EQ(0, bad) TH_LOG("%zu bytes not cleared when REG_BUFFER returned", bad);
-	/* ...and does not land over what is read afterwards. */
-	ASSERT_EQ((ssize_t)BUF_LEN, pread(raw, p, BUF_LEN, 0));
-	usleep(2 * FENCE_MS * 1000);
-	EXPECT_EQ(0, host2("check", 0xfe7ce, off, BUF_LEN, 0));
-	ksft_print_msg("REG_BUFFER waited %.0f ms for a %d ms clear fence\n", dt * 1000, FENCE_MS);
-	munmap(p, BUF_LEN);
-	EXPECT_EQ(0, fgds_unreg(e.node, cookie));
-	close(dmabuf);
+	fence_at_map(_metadata, &e, raw, 24 * SZ_1M, 0);
+	fence_at_map(_metadata, &e, raw, 24 * SZ_1M, 1);
 	close(raw);
 	ex_close(&e);
 }
