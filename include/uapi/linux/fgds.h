@@ -32,7 +32,8 @@
  * (ENOMEM over its limit).
  *
  * I/O into a mapping fails with EREMOTEIO on a device that cannot do P2P
- * DMA at all (loop, virtio, md, dm), with EINVAL on one that can but has no
+ * DMA at all (loop, virtio, dm; md or an NVMe multipath head over a member
+ * that cannot), with EINVAL on one that can but has no
  * P2P path to the GPU (an NVMe sharing no switch with it behind a host bridge
  * that is not on the P2PDMA allow list) - the same errno as a misaligned
  * O_DIRECT request - and nothing reaches the GPU's memory. A read crossing
