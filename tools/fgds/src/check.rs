@@ -944,7 +944,7 @@ fn probe_problem(p: &Probe) -> Problem {
     );
     let next = match p.errno {
         Some(libc::EINVAL) => "the block layer refused the P2P mapping (pci_p2pdma_map_type): put the NVMe and the GPU below one PCIe switch, or use a host bridge on the P2PDMA allow list, with ACS not redirecting",
-        Some(libc::EREMOTEIO) => "the storage device cannot do P2P DMA (loop, virtio, md, dm, NVMe multipath): use an NVMe namespace directly",
+        Some(libc::EREMOTEIO) => "the storage device cannot do P2P DMA (loop, virtio, dm; md or NVMe multipath over a member that cannot): use an NVMe namespace directly",
         Some(libc::EFAULT) => "the registration went away during the probe (revoked): try again",
         _ => "see the error; fgds check without --dmabuf decides by the topology rule",
     };
