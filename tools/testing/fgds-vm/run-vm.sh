@@ -174,10 +174,11 @@ append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1 printk.devk
 # raised again, so the vCPU slept on; a periodic one is raised every tick.
 append+=" highres=off lapic=notscdeadline"
 append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg$iommu_args"
-# FGDS_TESTS=a,b: only those selftests (a developer's shortcut; make check runs all).
-[ -z "${FGDS_TESTS:-}" ] || append+=" fgdsvm.tests=$FGDS_TESTS"
 # FGDS_STRESS=1: the bounded tests run longer (make stress; guest/check.sh).
 [ "${FGDS_STRESS:-0}" != 1 ] || append+=" fgdsvm.stress=1"
+# FGDS_TESTS=a,b: only those selftests (a developer's shortcut; make check runs all).
+# It stays last: a boot after the first replaces it with what is left to run.
+[ -z "${FGDS_TESTS:-}" ] || append+=" fgdsvm.tests=$FGDS_TESTS"
 
 boot() {
 	: >"$log"
