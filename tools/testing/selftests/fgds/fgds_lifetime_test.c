@@ -639,6 +639,30 @@ TEST_F_TIMEOUT(lt, teardown_with_io_in_flight, 1800)
 	}
 }
 
+/*
+ * A round of a test below: the host clears the range, a registration of it
+ * is mapped and NR_IOS reads are submitted into it. Returns how many are
+ * still in flight; with none, the round is undone (a round with nothing in
+ * flight tests nothing) and 0 returned.
+ */
+static int start_round(struct __test_metadata *_metadata, struct _test_data_lt *self,
+		       struct io_uring *ring, struct fgds_buf *b)
+{
+	int pending;
+
+	ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
+	ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, b));
+	ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, ring, 0));
+	ASSERT_EQ(NR_IOS, submit_reads(ring, self->raw, b->p));
+	pending = NR_IOS - io_uring_cq_ready(ring);
+	if (!pending) {
+		ASSERT_EQ(0, drain_unused_round(ring));
+		io_uring_queue_exit(ring);
+		fgds_buf_put(self->node, b);
+	}
+	return pending;
+}
+
 /* Two UNREG_BUFFERs of one cookie, started together from two threads. */
 struct unreg_race {
 	pthread_barrier_t go;
@@ -689,15 +713,8 @@ TEST_F_TIMEOUT(lt, concurrent_unregs_return_after_the_drain, 600)
 		pthread_t thr;
 
 		r.fresh = 0xace0000 + round;
-		ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
-		ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
-		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
-		ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
-		pending = NR_IOS - io_uring_cq_ready(&ring);
+		pending = start_round(_metadata, self, &ring, &b);
 		if (!pending) {
-			ASSERT_EQ(0, drain_unused_round(&ring));
-			io_uring_queue_exit(&ring);
-			fgds_buf_put(self->node, &b);
 			ASSERT_GT(UNREG_RACE_ROUNDS, ++again)
 				TH_LOG("too many rounds with nothing in flight");
 			round--;
@@ -752,15 +769,8 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 		struct io_uring ring;
 		struct fgds_buf b;
 
-		ASSERT_EQ(0, host("fill", 0, BAR_BASE, BUF_LEN));
-		ASSERT_EQ(0, fgds_buf_get(self->node, &self->v, BAR_BASE, BUF_LEN, &b));
-		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
-		ASSERT_EQ(NR_IOS, submit_reads(&ring, self->raw, b.p));
-		pending = NR_IOS - io_uring_cq_ready(&ring);
+		pending = start_round(_metadata, self, &ring, &b);
 		if (!pending) {
-			ASSERT_EQ(0, drain_unused_round(&ring));
-			io_uring_queue_exit(&ring);
-			fgds_buf_put(self->node, &b);
 			ASSERT_GT(nr_rounds, ++again)
 				TH_LOG("too many rounds with nothing in flight");
 			round--;
