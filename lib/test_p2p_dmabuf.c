@@ -10,9 +10,26 @@
  *
  * - DYNAMIC: amdgpu_dma_buf_ops and xe_dmabuf_ops, dynamic exporters with
  *   pin()/unpin() that move buffers and tell importers through
- *   dma_buf_invalidate_mappings() (TEST_P2P_DMABUF_IOCTL_MOVE). Without
- *   DYNAMIC: a static exporter, virtio_gpu_dmabuf_ops (VRAM blobs) and the
- *   NVIDIA open module's nv-dmabuf.c, or vfio-pci.
+ *   dma_buf_invalidate_mappings(). A buffer that is not pinned is evicted
+ *   (TEST_P2P_DMABUF_IOCTL_MOVE: TTM's eviction, ttm_bo_evict(), under
+ *   memory pressure) and by a suspend (TEST_P2P_DMABUF_IOCTL_SUSPEND:
+ *   amdgpu_device_suspend() -> amdgpu_ttm_evict_resources(), xe_bo_evict_all());
+ *   a pinned one is not (TTM evicts only BOs on its LRU, which pinned ones
+ *   leave: ttm_bo_pin()). A map of an unpinned buffer for a peer moves it
+ *   back into reach first, from within the map (amdgpu_dma_buf_map() and
+ *   xe_dma_buf_map() validate it: ttm_bo_validate(), xe_bo_validate()). A pin
+ *   moves it into reach and keeps it there (amdgpu_dma_buf_pin(): VRAM,
+ *   CPU-visible, when every attachment is peer-to-peer). The memory itself
+ *   never changes place here: what a move changes is whether the range is
+ *   the buffer's, which get_phys() says. Without DYNAMIC: a static exporter,
+ *   virtio_gpu_dmabuf_ops (VRAM blobs) and the NVIDIA open module's
+ *   nv-dmabuf.c, or vfio-pci.
+ * - MOVE_ON_MAP: the buffer starts out of a peer's reach (amdgpu: invisible
+ *   VRAM or GTT; xe: system memory), so the first map or pin moves it.
+ * - PIN_SYSTEM: xe_dma_buf_pin(), which migrates the buffer to system memory
+ *   (XE_PL_TT) and pins it there, where get_phys() answers -EOPNOTSUPP (the
+ *   sg table still describes the BAR range here; no importer of this module
+ *   DMAs by it), and fails with -EINVAL if it is pinned elsewhere.
  * - Without SG_PROVIDER: the sg table of amdgpu_vram_mgr_alloc_sgt(),
  *   xe_ttm_vram_mgr_alloc_sgt() and virtio_gpu_vram_map_dma_buf(), one
  *   dma_map_resource() of the CPU-physical address of the memory for the
@@ -113,6 +130,8 @@ struct test_buf {
 	u8 fence_fill;
 	bool fence_write;
 	bool revoked;
+	u32 placement;			/* TEST_P2P_DMABUF_IN_*; under the resv lock */
+	atomic64_t moves;
 	atomic64_t attachments;
 	atomic64_t maps;
 	atomic64_t pins;
@@ -219,10 +238,33 @@ static void test_detach(struct dma_buf *dmabuf,
 	atomic64_dec(&buf->attachments);
 }
 
+/*
+ * A move of @buf to @to, importers told first (amdgpu_bo_move_notify() and
+ * xe_bo_move_notify() call dma_buf_invalidate_mappings() for exported BOs).
+ */
+static void test_move_locked(struct test_buf *buf, u32 to)
+{
+	dma_resv_assert_held(buf->dmabuf->resv);
+
+	if (buf->placement == to)
+		return;
+	atomic64_inc(&buf->moves);
+	dma_buf_invalidate_mappings(buf->dmabuf);
+	buf->placement = to;
+}
+
+/* amdgpu_dma_buf_pin(), or xe_dma_buf_pin() with PIN_SYSTEM. */
 static int test_pin(struct dma_buf_attachment *attach)
 {
 	struct test_buf *buf = attach->dmabuf->priv;
+	u32 to = buf->flags & TEST_P2P_DMABUF_PIN_SYSTEM ?
+		 TEST_P2P_DMABUF_IN_SYSTEM : TEST_P2P_DMABUF_IN_BAR;
 
+	dma_resv_assert_held(buf->dmabuf->resv);
+
+	if (atomic64_read(&buf->pins) && buf->placement != to)
+		return -EINVAL;
+	test_move_locked(buf, to);
 	atomic64_inc(&buf->pins);
 	return 0;
 }
@@ -279,6 +321,9 @@ static struct sg_table *test_map(struct dma_buf_attachment *attach,
 
 	if (buf->revoked || !buf->tdev)
 		return ERR_PTR(-ENODEV);
+	/* Validated into a placement the peer reaches, unless pinned. */
+	if ((buf->flags & TEST_P2P_DMABUF_DYNAMIC) && !atomic64_read(&buf->pins))
+		test_move_locked(buf, TEST_P2P_DMABUF_IN_BAR);
 	if (buf->fence_ms) {
 		ret = test_add_fence(buf);
 		if (ret)
@@ -330,6 +375,9 @@ static int test_get_phys(struct dma_buf_attachment *attach,
 
 	if (buf->revoked || !buf->tdev)
 		return -ENODEV;
+	/* xe_dma_buf_get_phys(): a BO not in visible VRAM is not described. */
+	if (buf->placement != TEST_P2P_DMABUF_IN_BAR)
+		return -EOPNOTSUPP;
 	*provider = buf->tdev->provider;
 	*phys = &buf->phys;
 	*nr_ranges = 1;
@@ -392,6 +440,8 @@ static struct dma_buf *test_new_buf(struct test_dev *tdev,
 	struct test_buf *buf;
 
 	if (req->flags & ~TEST_P2P_DMABUF_FLAGS || req->fence_fill > 0xff ||
+	    ((req->flags & (TEST_P2P_DMABUF_MOVE_ON_MAP | TEST_P2P_DMABUF_PIN_SYSTEM)) &&
+	     !(req->flags & TEST_P2P_DMABUF_DYNAMIC)) ||
 	    req->fence_write > 1 ||
 	    !req->size || !PAGE_ALIGNED(req->offset) ||
 	    !PAGE_ALIGNED(req->size) || req->offset >= tdev->bar_len ||
@@ -408,6 +458,8 @@ static struct dma_buf *test_new_buf(struct test_dev *tdev,
 	buf->fence_ms = req->fence_ms;
 	buf->fence_fill = req->fence_fill;
 	buf->fence_write = req->fence_write;
+	buf->placement = req->flags & TEST_P2P_DMABUF_MOVE_ON_MAP ?
+			 TEST_P2P_DMABUF_AWAY : TEST_P2P_DMABUF_IN_BAR;
 	init_waitqueue_head(&buf->unmapped);
 
 	exp_info.ops = test_ops(req->flags);
@@ -484,12 +536,51 @@ static long test_revoke(struct test_buf *buf, void __user *uarg)
 	return 0;
 }
 
+/* An eviction (ttm_bo_evict()): only of a buffer that is not pinned. */
 static long test_move(struct test_buf *buf, void __user *uarg)
 {
+	long ret = 0;
+
 	if (!(buf->flags & TEST_P2P_DMABUF_DYNAMIC))
 		return -EINVAL;	/* a static exporter never moves */
-	test_invalidate(buf, false);
-	return 0;
+	dma_resv_lock(buf->dmabuf->resv, NULL);
+	if (atomic64_read(&buf->pins))
+		ret = -EBUSY;
+	else
+		test_move_locked(buf, TEST_P2P_DMABUF_AWAY);
+	dma_resv_unlock(buf->dmabuf->resv);
+	return ret;
+}
+
+/*
+ * A suspend: every dynamic buffer that is not pinned leaves VRAM
+ * (amdgpu_ttm_evict_resources(), xe_bo_evict_all()). Pinned ones stay.
+ */
+static long test_suspend(struct test_dev *tdev)
+{
+	struct test_buf *buf;
+	long n = 0;
+
+	mutex_lock(&tdev->lock);
+	list_for_each_entry(buf, &tdev->bufs, node) {
+		struct file *file;
+
+		if (!(buf->flags & TEST_P2P_DMABUF_DYNAMIC))
+			continue;
+		file = get_file_active(&buf->dmabuf->file);
+		if (!file)
+			continue;	/* being released */
+		dma_resv_lock(buf->dmabuf->resv, NULL);
+		if (!atomic64_read(&buf->pins) &&
+		    buf->placement != TEST_P2P_DMABUF_AWAY) {
+			test_move_locked(buf, TEST_P2P_DMABUF_AWAY);
+			n++;
+		}
+		dma_resv_unlock(buf->dmabuf->resv);
+		fput(file);
+	}
+	mutex_unlock(&tdev->lock);
+	return n;
 }
 
 static long test_state(struct test_buf *buf, void __user *uarg)
@@ -501,6 +592,8 @@ static long test_state(struct test_buf *buf, void __user *uarg)
 		.pins = atomic64_read(&buf->pins),
 		.maps_total = atomic64_read(&buf->maps_total),
 		.fences = atomic64_read(&buf->fences),
+		.moves = atomic64_read(&buf->moves),
+		.placement = READ_ONCE(buf->placement),
 	};
 
 	if (get_user(st.fd, (s32 __user *)uarg))
@@ -525,6 +618,11 @@ static long test_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return test_with_buf(uarg, test_move);
 	case TEST_P2P_DMABUF_IOCTL_STATE:
 		return test_with_buf(uarg, test_state);
+	case TEST_P2P_DMABUF_IOCTL_SUSPEND:
+		mutex_lock(&test_lock);
+		ret = test_dev ? test_suspend(test_dev) : -ENODEV;
+		mutex_unlock(&test_lock);
+		return ret;
 	default:
 		return -ENOTTY;
 	}

@@ -22,7 +22,19 @@
 #define TEST_P2P_DMABUF_IOVA		_BITUL(2)
 /* The exporter describes the buffer by its physical ranges (get_phys()). */
 #define TEST_P2P_DMABUF_PHYS		_BITUL(3)
-#define TEST_P2P_DMABUF_FLAGS		0xfU
+/*
+ * With DYNAMIC: the buffer starts out of peers' reach (invisible VRAM or
+ * GTT), and the first map for a peer, or a pin, moves it into reach first.
+ */
+#define TEST_P2P_DMABUF_MOVE_ON_MAP	_BITUL(4)
+/* With DYNAMIC: a pin moves the buffer to system memory and keeps it there. */
+#define TEST_P2P_DMABUF_PIN_SYSTEM	_BITUL(5)
+#define TEST_P2P_DMABUF_FLAGS		0x3fU
+
+/* Where a dynamic buffer is (struct test_p2p_dmabuf_state's placement). */
+#define TEST_P2P_DMABUF_IN_BAR		0	/* in reach: the exported range */
+#define TEST_P2P_DMABUF_AWAY		1	/* evicted, or not yet placed */
+#define TEST_P2P_DMABUF_IN_SYSTEM	2	/* pinned in system memory */
 
 struct test_p2p_dmabuf_export {
 	__u64 offset;		/* in the BAR, page aligned */
@@ -53,13 +65,25 @@ struct test_p2p_dmabuf_state {
 	__u64 pins;		/* out: pins now */
 	__u64 maps_total;	/* out: map() calls so far */
 	__u64 fences;		/* out: fences added so far */
+	__u64 moves;		/* out: moves (invalidations) so far */
+	__u32 placement;	/* out: TEST_P2P_DMABUF_IN_BAR, ... */
+	__u32 pad;
 };
 
 #define TEST_P2P_DMABUF_IOCTL_EXPORT	_IOWR('P', 0x00, struct test_p2p_dmabuf_export)
 /* Invalidates every mapping; later maps fail with ENODEV. Takes the fd. */
 #define TEST_P2P_DMABUF_IOCTL_REVOKE	_IOW('P', 0x01, __s32)
-/* Invalidates every mapping (a move); later maps succeed. Takes the fd. */
+/*
+ * Evicts a dynamic buffer (a move out of peers' reach, which invalidates
+ * every mapping); the next map moves it back. EBUSY while it is pinned.
+ * Takes the fd.
+ */
 #define TEST_P2P_DMABUF_IOCTL_MOVE	_IOW('P', 0x02, __s32)
 #define TEST_P2P_DMABUF_IOCTL_STATE	_IOWR('P', 0x03, struct test_p2p_dmabuf_state)
+/*
+ * Suspends the device: evicts every dynamic buffer that is not pinned.
+ * Returns how many it evicted.
+ */
+#define TEST_P2P_DMABUF_IOCTL_SUSPEND	_IO('P', 0x04)
 
 #endif /* _LIB_TEST_P2P_DMABUF_UAPI_H */
