@@ -16,8 +16,7 @@ use core::{
     },
 };
 use kernel::{
-    auxiliary,
-    bindings,
+    auxiliary, bindings,
     device::Device,
     dma::DataDirection,
     dma_buf::{
@@ -89,6 +88,8 @@ extern "C" {
 const DYNAMIC: u32 = 1 << 0;
 const SG_PROVIDER: u32 = 1 << 1;
 const PHYS: u32 = 1 << 3;
+const MOVE_ON_MAP: u32 = 1 << 4;
+const PIN_SYSTEM: u32 = 1 << 5;
 
 const SZ_1M: u64 = 1 << 20;
 /// The BAR the exporter exports.
@@ -350,7 +351,7 @@ mod tests {
             check!(locked.map().err() == Some(ENODEV));
             check!(!locked.is_mapped());
         }
-        // The abstraction never pins: a dynamic exporter stays free to move the buffer.
+        // Not pinned unless asked: a dynamic exporter stays free to move the buffer.
         check!(state(&buf)? == (1, 0, 0));
         drop(attach);
         check!(
@@ -358,6 +359,78 @@ mod tests {
                 == Some(ENODEV)
         );
         check!(state(&buf)? == (0, 0, 0));
+        Ok(())
+    }
+
+    /// amdgpu's pin: the buffer moves into reach (the importer told while unmapped) and stays;
+    /// unpinning and dropping the attachment give the pin back.
+    #[test]
+    fn pin_moves_into_reach_and_holds() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(
+            50 * SZ_1M,
+            2 * SZ_1M,
+            DYNAMIC | SG_PROVIDER | PHYS | MOVE_ON_MAP,
+            0,
+        )?;
+        let importer = Counting::new()?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::Bidirectional,
+        )?;
+        {
+            let mut locked = attach.lock();
+            check!(!locked.is_pinned());
+            locked.pin()?;
+            check!(locked.is_pinned());
+            // Moved into reach to be pinned, while nothing was mapped.
+            check!(importer.invalidations() == 1);
+            locked.pin()?;
+            check!(state(&buf)? == (1, 0, 1));
+            locked.map()?;
+            check!(locked.phys_ranges().is_ok());
+            // Pinned: mapping moved nothing.
+            check!(importer.invalidations() == 1);
+            check!(state(&buf)? == (1, 1, 1));
+            locked.unpin();
+            check!(!locked.is_pinned());
+            check!(state(&buf)? == (1, 1, 0));
+            locked.pin()?;
+        }
+        // Dropping a pinned, mapped attachment unmaps, unpins and detaches it.
+        drop(attach);
+        check!(state(&buf)? == (0, 0, 0));
+        check!(importer.invalidations() == 1);
+        Ok(())
+    }
+
+    /// xe's pin: into system memory, where the exporter gives no physical ranges.
+    #[test]
+    fn pin_into_system_memory() -> Result {
+        let exp = Exporter::get()?;
+        let flags = DYNAMIC | SG_PROVIDER | PHYS | MOVE_ON_MAP | PIN_SYSTEM;
+        let buf = exp.export(52 * SZ_1M, 2 * SZ_1M, flags, 0)?;
+        let importer = Counting::new()?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::Bidirectional,
+        )?;
+        let mut locked = attach.lock();
+        locked.pin()?;
+        locked.map()?;
+        check!(locked.phys_ranges().err() == Some(EOPNOTSUPP));
+        locked.unmap();
+        locked.unpin();
+        check!(state(&buf)? == (1, 0, 0));
+        // Unpinned, a map for a peer moves it back into reach.
+        let before = importer.invalidations();
+        locked.map()?;
+        check!(importer.invalidations() == before + 1);
+        check!(locked.phys_ranges().is_ok());
         Ok(())
     }
 

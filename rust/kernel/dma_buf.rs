@@ -7,8 +7,9 @@
 //!
 //! An importer takes a [`DmaBuf`] from a file descriptor with [`DmaBuf::get`], attaches a device
 //! to it with [`DynamicAttachment::new`] and maps the attachment under the buffer's reservation
-//! lock ([`DynamicAttachment::lock`], [`Locked::map`]). The exporter may invalidate the mapping at
-//! any time (it moves or revokes the memory): [`Importer::invalidate_mappings`] is then called with
+//! lock ([`DynamicAttachment::lock`], [`Locked::map`]), after pinning it ([`Locked::pin`]) when
+//! it must not move. The exporter may invalidate the mapping at any time (it moves an unpinned
+//! buffer or revokes the memory): [`Importer::invalidate_mappings`] is then called with
 //! the reservation lock held, and must stop every access to the memory before it returns; it may
 //! unmap the attachment through the [`Invalidation`] it is given, which cannot map it again.
 
@@ -108,10 +109,10 @@ pub trait Importer: Send + Sync + Sized {
     ///
     /// The reservation lock is held by the exporter, so this is never called while the
     /// importer holds a [`Guard`] of the same buffer, except from within an exporter operation
-    /// the importer calls under its guard: [`Locked::map`] is the only such operation (an
-    /// exporter may move the buffer while it maps it), and no reference into the attachment's
-    /// state is held across that call. `attach` can only unmap: mapping again while the
-    /// exporter moves the memory is not allowed.
+    /// the importer calls under its guard: [`Locked::map`] and [`Locked::pin`] are the only such
+    /// operations (an exporter may move the buffer while it maps or pins it), and no reference
+    /// into the attachment's state is held across those calls. `attach` can only unmap (and
+    /// unpin): mapping again while the exporter moves the memory is not allowed.
     fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>);
 }
 
@@ -120,10 +121,12 @@ pub trait Importer: Send + Sync + Sized {
 /// # Invariants
 ///
 /// `sgt` is either null or a mapping of the attachment returned by `dma_buf_map_attachment()`
-/// and not unmapped yet; it is only accessed with the reservation lock held.
+/// and not unmapped yet; `pinned` is whether `dma_buf_pin()` succeeded on the attachment and
+/// `dma_buf_unpin()` was not called since. Both are only accessed with the reservation lock held.
 struct Inner<T> {
     data: Arc<T>,
     sgt: UnsafeCell<*mut bindings::sg_table>,
+    pinned: UnsafeCell<bool>,
     dir: DataDirection,
 }
 
@@ -165,6 +168,7 @@ impl<T: Importer> DynamicAttachment<T> {
             Inner {
                 data: importer,
                 sgt: UnsafeCell::new(core::ptr::null_mut()),
+                pinned: UnsafeCell::new(false),
                 dir,
             },
             GFP_KERNEL,
@@ -242,7 +246,11 @@ impl<T: Importer> DynamicAttachment<T> {
 
 impl<T: Importer> Drop for DynamicAttachment<T> {
     fn drop(&mut self) {
-        self.lock().unmap();
+        {
+            let mut locked = self.lock();
+            locked.unmap();
+            locked.unpin();
+        }
         // By the type invariant `attach` belongs to `buf` and is still attached. After
         // this no callback can reach `inner`.
         // SAFETY: See the comment above.
@@ -354,6 +362,54 @@ impl<T: Importer> Locked<'_, T> {
         !unsafe { *self.inner.sgt.get() }.is_null()
     }
 
+    /// Pins the buffer (`dma_buf_pin()`), if not pinned yet: the exporter keeps it where it is
+    /// until [`Locked::unpin`] or the attachment is dropped, and only invalidates the mapping to
+    /// revoke it (or when it cannot help it: device removal, reset).
+    ///
+    /// The exporter may move the buffer to satisfy the pin (into memory the importer can reach,
+    /// or into memory it can pin, which may be system memory): the importer's
+    /// [`Importer::invalidate_mappings`] may then be called from within, with the attachment
+    /// mapped (when it was) or not. An exporter without pin support pins nothing and succeeds.
+    /// Takes `&mut self`, so no table returned by [`Locked::map`] is borrowed across the call.
+    pub fn pin(&mut self) -> Result {
+        let pinned = self.inner.pinned.get();
+        // SAFETY: The reservation lock is held (type invariant); the value is copied out.
+        if unsafe { *pinned } {
+            return Ok(());
+        }
+        // `attach` is a dynamic attachment, valid, and its reservation lock is held, as
+        // `dma_buf_pin()` requires. No reference into `inner`'s cells is held across the call,
+        // which may re-enter the invalidate callback.
+        // SAFETY: See the comment above.
+        to_result(unsafe { bindings::dma_buf_pin(self.attach.as_ptr()) })?;
+        // INVARIANT: the pin succeeded.
+        // SAFETY: The lock is held; no other reference into `pinned` exists.
+        unsafe { *pinned = true };
+        Ok(())
+    }
+
+    /// Whether the buffer is pinned by this attachment ([`Locked::pin`]).
+    pub fn is_pinned(&self) -> bool {
+        // SAFETY: The reservation lock is held (type invariant).
+        unsafe { *self.inner.pinned.get() }
+    }
+
+    /// Unpins the buffer if this attachment pinned it: the exporter may move it again (and
+    /// invalidates the mapping when it does). Dropping the attachment unpins it too.
+    pub fn unpin(&mut self) {
+        let pinned = self.inner.pinned.get();
+        // SAFETY: The reservation lock is held (type invariant).
+        if unsafe { *pinned } {
+            // `attach` is valid, pinned by `dma_buf_pin()` (type invariant of `Inner`) and its
+            // reservation lock is held.
+            // SAFETY: See the comment above.
+            unsafe { bindings::dma_buf_unpin(self.attach.as_ptr()) };
+            // INVARIANT: unpinned.
+            // SAFETY: The lock is held; no other reference into `pinned` exists.
+            unsafe { *pinned = false };
+        }
+    }
+
     /// Waits for the fences of `usage` and of every usage before it (see [`ResvUsage`]) in the
     /// buffer's reservation object, as the dma-buf rules for dynamic importers ask after
     /// [`Locked::map`]: the exporter's moves and clears always ([`ResvUsage::Kernel`]), and for
@@ -444,6 +500,12 @@ impl<T: Importer> Invalidation<'_, T> {
     /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
     pub fn unmap(&mut self) {
         self.locked.unmap();
+    }
+
+    /// Unpins the buffer if the attachment pinned it ([`Locked::pin`]): an importer that takes
+    /// the invalidation of a pinned buffer as a revocation lets the exporter move it again.
+    pub fn unpin(&mut self) {
+        self.locked.unpin();
     }
 }
 
