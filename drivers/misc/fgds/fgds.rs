@@ -24,6 +24,11 @@
 //!   Only then is the dma-buf attachment unmapped, so the exporter's revoke completes after the
 //!   last DMA into the memory. Concurrent teardowns of one registration are serialised
 //!   ([`Buffer::attach`]): none returns before the drain.
+//! - REG_BUFFER pins the dma-buf, then maps it: pinned, it stays where its pages say it is, and
+//!   the exporter invalidates it only to revoke it. An exporter may move the buffer while it
+//!   pins or maps it; that invalidation finds nothing mapped and ends nothing. A buffer the
+//!   exporter cannot pin where peers reach it is mapped unpinned: its next move ends the
+//!   registration, as a revocation.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
 //! - Struct pages refer to the BAR's P2PDMA provider, which belongs to the owner's binding. The
@@ -61,6 +66,7 @@ use kernel::{
         DynamicAttachment,
         Importer,
         Invalidation,
+        Locked,
         PhysRanges,
         ResvUsage, //
     },
@@ -451,8 +457,33 @@ fn release_chunks(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>) {
 
 impl Importer for Buffer {
     fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
-        self.teardown(|| attach.unmap(), true);
+        // Not mapped: the exporter moves the buffer while REG_BUFFER pins or maps it (into reach
+        // of this GPU's peers, or to where it can pin it). No page of it exists yet: nothing to
+        // end, and the map that follows finds it where it went.
+        if !attach.is_mapped() {
+            return;
+        }
+        // Mapped: a revocation, or a move of a buffer that is not pinned. Either way the pages
+        // describe memory that is no longer the buffer's. Unpinned, so that the exporter may
+        // evict what is no longer used.
+        self.teardown(
+            || {
+                attach.unmap();
+                attach.unpin();
+            },
+            true,
+        );
     }
+}
+
+/// Maps a registration's attachment for its GPU's peers: our arguments are checked, so an
+/// exporter that cannot map the buffer for this GPU (`EINVAL`, `EIO`) holds memory this GPU
+/// cannot reach (`EXDEV`).
+fn map_for_peer(locked: &Locked<'_, Buffer>) -> Result {
+    locked
+        .map()
+        .map(|_| ())
+        .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })
 }
 
 impl VmOperations for Buffer {
@@ -772,11 +803,19 @@ impl FgdsFile {
         }
         let ext = {
             let mut locked = attach.lock();
-            // Our arguments are checked: an exporter that cannot map the buffer for this GPU
-            // (EINVAL, EIO) holds memory this GPU cannot reach.
-            locked
-                .map()
-                .map_err(|e| if e == EINVAL || e == EIO { EXDEV } else { e })?;
+            // Pinned, the buffer stays where it is until the registration ends: evictions and
+            // suspends pass it by, and only a revocation invalidates it. The exporter may move
+            // it to satisfy the pin (into reach of peers, or, as xe does, into system memory);
+            // an exporter that cannot pin it now leaves it movable (each move then ends the
+            // registration), and so does one that pins it out of reach (below).
+            let _ = locked.pin();
+            map_for_peer(&locked)?;
+            if locked.is_pinned() && locked.phys_ranges().err() == Some(EOPNOTSUPP) {
+                // Pinned where no peer reaches it: unpinned, a map for a peer moves it back.
+                locked.unmap();
+                locked.unpin();
+                map_for_peer(&locked)?;
+            }
             // The exporter's moves and clears of the memory come before any use of it, and so
             // does every implicitly synchronised job on it: storage both writes the registration
             // (reads of files) and reads it (writes), so its readers and writers too.

@@ -11,11 +11,13 @@
  * - Variants that do P2P: the same data tests as on vfio-pci's dma-bufs
  *   (pread, preadv, io_uring into the mapping, from ext4, xfs and the raw
  *   NVMe, and pwrite out of it), every byte checked by the host in the
- *   stand-in's BAR file; the exporter's view (pins, maps) checked; revoke,
- *   move and UNREG with reads in flight from the throttled NVMe, with the
- *   memory refilled by the host after the teardown and checked after every
- *   read ended (a late DMA would show); unbinding the exporter's driver with
- *   reads in flight.
+ *   stand-in's BAR file; the exporter's view (pins, maps, moves) checked;
+ *   revoke, eviction, suspend and UNREG with reads in flight from the
+ *   throttled NVMe, with the memory refilled by the host after the teardown
+ *   and checked after every read ended (a late DMA would show); a buffer
+ *   fgds pinned (amdgpu) passed by 100 evictions and 100 suspends with reads
+ *   in flight, every byte landing; unbinding the exporter's driver with reads
+ *   in flight.
  * - A fence the exporter signals after map (a VRAM clear), and a user's job
  *   writing the buffer (an implicitly synchronised writer): REG_BUFFER waits
  *   for each, and what it wrote does not land over data read afterwards.
@@ -271,6 +273,8 @@ FIXTURE_VARIANT(ex) {
 	__u32 flags;
 	__u64 bar_off;
 	int reg_errno;		/* what REG_BUFFER answers: 0 or an errno */
+	int pinned;		/* a registration pins the buffer */
+	int pinned_rounds;	/* evictions and suspends of a pinned one */
 };
 
 /* amdgpu_dma_buf_ops / xe_dmabuf_ops as in Linux 7.2: no physical ranges. */
@@ -310,19 +314,41 @@ FIXTURE_VARIANT_ADD(ex, nvidia_static_bar1_phys) {
 	.reg_errno = EEXIST,
 };
 
-/* amdgpu/xe with what this series asks of them: provider at probe, get_phys(). */
-FIXTURE_VARIANT_ADD(ex, amdgpu_xe_provider_phys) {
-	.driver = "amdgpu, xe + provider at probe and get_phys(): dynamic",
-	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS,
+/*
+ * amdgpu with what this series asks of it (provider at probe, get_phys()):
+ * the buffer moves into visible VRAM when pinned (amdgpu_dma_buf_pin()),
+ * and is pinned there: evictions and suspends pass it by.
+ */
+FIXTURE_VARIANT_ADD(ex, amdgpu_provider_phys) {
+	.driver = "amdgpu + provider at probe and get_phys(): moves on pin, pinned in VRAM",
+	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS |
+		 TEST_P2P_DMABUF_MOVE_ON_MAP,
+	.reg_errno = 0,
+	.pinned = 1,
+	.pinned_rounds = 100,
+};
+
+/*
+ * xe with the same: a pin migrates the buffer to system memory
+ * (xe_dma_buf_pin()), so fgds maps it unpinned, which moves it into VRAM
+ * (xe_dma_buf_map()); its evictions and suspends are revocations.
+ */
+FIXTURE_VARIANT_ADD(ex, xe_provider_phys) {
+	.driver = "xe + provider at probe and get_phys(): pins in system memory, moves on map",
+	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS |
+		 TEST_P2P_DMABUF_MOVE_ON_MAP | TEST_P2P_DMABUF_PIN_SYSTEM,
+	.bar_off = 40 * SZ_1M,
 	.reg_errno = 0,
 };
 
-/* The same through an IOMMU: fgds never reads the sg's DMA addresses. */
-FIXTURE_VARIANT_ADD(ex, amdgpu_xe_iommu_phys) {
-	.driver = "amdgpu, xe + get_phys() with an IOMMU: IOVAs in the sg",
+/* amdgpu through an IOMMU: fgds never reads the sg's DMA addresses. */
+FIXTURE_VARIANT_ADD(ex, amdgpu_iommu_phys) {
+	.driver = "amdgpu + get_phys() with an IOMMU: IOVAs in the sg, pinned",
 	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_IOVA | TEST_P2P_DMABUF_PHYS,
 	.bar_off = 8 * SZ_1M,
 	.reg_errno = 0,
+	.pinned = 1,
+	.pinned_rounds = 20,
 };
 
 /* vfio_pci_dma_buf_map() + get_phys(): static, sg from the provider. */
@@ -394,11 +420,15 @@ TEST_F(ex, registration_outcome)
 	EXPECT_EQ(-variant->reg_errno, ret) TH_LOG("REG_BUFFER: %s, documented: %s",
 						   strerror(-ret), strerror(variant->reg_errno));
 	ASSERT_EQ(0, tpd_state(self->e.tpd, dmabuf, &st));
-	/* fgds never pins: a move or revoke ends the registration instead. */
-	EXPECT_EQ(0, st.pins);
+	/* Pinned where the exporter can pin it in reach; refused: not pinned. */
+	EXPECT_EQ(ret ? 0 : variant->pinned, st.pins);
 	if (!ret) {
 		EXPECT_EQ(1, st.attachments);
 		EXPECT_EQ(1, st.maps);
+		/* Moved into reach on the way (pin or map), and there now. */
+		EXPECT_EQ(TEST_P2P_DMABUF_IN_BAR, st.placement);
+		if (variant->flags & TEST_P2P_DMABUF_MOVE_ON_MAP)
+			EXPECT_LE(1, st.moves);
 		EXPECT_EQ(0, fgds_unreg(self->e.node, cookie));
 		ASSERT_EQ(0, tpd_state(self->e.tpd, dmabuf, &st));
 	}
@@ -524,15 +554,51 @@ static int reap_all(struct io_uring *ring, int n, int *whole, int *efault)
 	return 0;
 }
 
-enum { REVOKE, MOVE, UNREG };
-static const char *const teardown_name[] = { "exporter revoke", "exporter move", "UNREG" };
+enum { REVOKE, MOVE, SUSPEND, UNREG };
+static const char *const teardown_name[] = {
+	"exporter revoke", "exporter eviction", "exporter suspend", "UNREG",
+};
 
 /*
- * The exporter revokes, the exporter moves the buffer (dynamic exporters
+ * An eviction or a suspend of a pinned buffer, with reads in flight: the
+ * exporter passes it by, the registration keeps working, every byte read
+ * lands (checked from the host).
+ */
+static void pinned_round(struct __test_metadata *_metadata, struct ex_env *e, int kind,
+			 struct fgds_buf *b, struct io_uring *ring, __u64 bar_off)
+{
+	struct test_p2p_dmabuf_state st0, st;
+	struct fgds_buffer_info info;
+	int whole, efault, ret;
+
+	ASSERT_EQ(0, tpd_state(e->tpd, b->dmabuf, &st0));
+	if (kind == MOVE)
+		ret = tpd_fd_ioctl(e->tpd, TEST_P2P_DMABUF_IOCTL_MOVE, b->dmabuf);
+	else
+		ret = ioctl(e->tpd, TEST_P2P_DMABUF_IOCTL_SUSPEND) < 0 ? -errno : 0;
+	/* The exporter refuses to evict it; a suspend passes it by. */
+	EXPECT_EQ(kind == MOVE ? -EBUSY : 0, ret);
+	ASSERT_EQ(0, tpd_state(e->tpd, b->dmabuf, &st));
+	EXPECT_EQ(st0.moves, st.moves);
+	EXPECT_EQ(TEST_P2P_DMABUF_IN_BAR, st.placement);
+	EXPECT_EQ(1, st.maps);
+	EXPECT_EQ(1, st.pins);
+	ASSERT_EQ(0, fgds_query(e->node, b->cookie, &info));
+	EXPECT_EQ(0, info.state);
+	ASSERT_EQ(0, reap_all(ring, NR_IOS, &whole, &efault));
+	EXPECT_EQ(NR_IOS, whole);
+	EXPECT_EQ(0, host2("check", 0x5105, bar_off, BUF_LEN, 0))
+		TH_LOG("%s of a pinned buffer: a read did not land", teardown_name[kind]);
+}
+
+/*
+ * The exporter revokes, evicts the buffer or suspends (dynamic exporters
  * only), or the user unregisters, with reads from the throttled NVMe in
  * flight into the mapping. Each teardown returns after the reads that were
  * in flight ended: the host's refill right after it must still be there
- * once every read completed; the exporter saw its mapping unmapped.
+ * once every read completed; the exporter saw its mapping unmapped. An
+ * eviction or a suspend of a buffer fgds pinned ends nothing: the reads
+ * land, every byte checked from the host (pinned_round()).
  */
 TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 {
@@ -544,10 +610,13 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 	ASSERT_EQ(0, fgds_put_pattern(self->slow, 0, BUF_LEN, 0x5105));
 	for (kind = REVOKE; kind <= UNREG; kind++) {
 		int round, again = 0, min_p = NR_IOS, max_p = 0;
+		int moves = kind == MOVE || kind == SUSPEND;
+		int pinned = variant->pinned && moves;
+		int rounds = pinned ? variant->pinned_rounds : ROUNDS;
 
-		if (kind == MOVE && !(variant->flags & TEST_P2P_DMABUF_DYNAMIC))
+		if (moves && !(variant->flags & TEST_P2P_DMABUF_DYNAMIC))
 			continue;	/* a static exporter never moves */
-		for (round = 0; round < ROUNDS; round++) {
+		for (round = 0; round < rounds; round++) {
 			__u64 fresh = 0xe0e0000 + kind * ROUNDS + round;
 			struct test_p2p_dmabuf_state st;
 			struct fgds_buffer_info info;
@@ -567,9 +636,22 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 				round--;
 				continue;
 			}
+			if (pinned) {
+				pinned_round(_metadata, &self->e, kind, &b, &ring,
+					     variant->bar_off);
+				io_uring_queue_exit(&ring);
+				fgds_buf_put(self->e.node, &b);
+				min_p = pending < min_p ? pending : min_p;
+				max_p = pending > max_p ? pending : max_p;
+				continue;
+			}
 			if (kind == UNREG) {
 				ASSERT_EQ(0, fgds_unreg(self->e.node, b.cookie));
 				b.cookie = 0;
+			} else if (kind == SUSPEND) {
+				EXPECT_LE(1, ioctl(self->e.tpd, TEST_P2P_DMABUF_IOCTL_SUSPEND));
+				ASSERT_EQ(0, fgds_query(self->e.node, b.cookie, &info));
+				EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
 			} else {
 				ASSERT_EQ(0, tpd_fd_ioctl(self->e.tpd, kind == REVOKE ?
 							  TEST_P2P_DMABUF_IOCTL_REVOKE :
@@ -589,10 +671,10 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 			EXPECT_EQ(0, host2("check", fresh, variant->bar_off, BUF_LEN, 0))
 				TH_LOG("%s round %d: memory written after the teardown",
 				       teardown_name[kind], round);
-			if (kind == MOVE) {
+			if (kind == MOVE || kind == SUSPEND) {
 				__u64 c = 0;
 
-				/* A moved buffer is there again: it can be registered anew. */
+				/* An evicted buffer comes back: it can be registered anew. */
 				EXPECT_EQ(0, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
 				EXPECT_EQ(0, fgds_unreg(self->e.node, c));
 			}
@@ -607,8 +689,9 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 			min_p = pending < min_p ? pending : min_p;
 			max_p = pending > max_p ? pending : max_p;
 		}
-		ksft_print_msg("%s: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
-			       teardown_name[kind], ROUNDS, min_p, max_p, NR_IOS, again);
+		ksft_print_msg("%s%s: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
+			       teardown_name[kind], pinned ? " of a pinned buffer" : "", rounds,
+			       min_p, max_p, NR_IOS, again);
 	}
 	EXPECT_EQ(0, fgds_fdinfo_num(self->e.node, "fgds-gpu-pages"));
 }
