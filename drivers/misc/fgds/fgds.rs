@@ -906,7 +906,7 @@ impl MiscDevice for FgdsFile {
     /// The node's GPU.
     type RegistrationData = Arc<Gpu>;
 
-    const OWNER: Option<&'static ThisModule> = Some(&THIS_MODULE);
+    const OWNER: &'static ThisModule = &THIS_MODULE;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Self::Ptr> {
         KBox::try_pin_init(

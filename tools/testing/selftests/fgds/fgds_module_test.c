@@ -2,7 +2,10 @@
 /*
  * Module lifetime: fgds cannot be unloaded while one of its nodes is open or
  * mapped (fops.owner), and unloads cleanly, with nothing left behind, once
- * everything is closed. Runs last: it reloads the module at the end.
+ * everything is closed. Runs last: it reloads the module at the end. The
+ * same holds for the other Rust misc driver, the sample
+ * (samples/rust/rust_misc_device.rs): every implementation of MiscDevice
+ * names its module.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,9 +19,14 @@
 #include "kselftest_harness.h"
 #include "fgds_util.h"
 
+static int unload_module(const char *name)
+{
+	return syscall(__NR_delete_module, name, O_NONBLOCK) ? -errno : 0;
+}
+
 static int unload(void)
 {
-	return syscall(__NR_delete_module, "fgds", O_NONBLOCK) ? -errno : 0;
+	return unload_module("fgds");
 }
 
 static int reload(void)
@@ -54,6 +62,26 @@ TEST(unload_refused_while_open_or_mapped)
 	EXPECT_EQ(0, access(FGDS_NODE, F_OK));
 	close(b.dmabuf);
 	fgds_vfio_close(&v);
+}
+
+#define SAMPLE_MOD "rust_misc_device"
+#define SAMPLE_NODE "/dev/rust-misc-device"
+
+TEST(sample_unload_refused_while_open)
+{
+	int fd;
+
+	if (!getenv("FGDS_GPU_BDF"))
+		SKIP(return, "run in the fgds VM");
+	ASSERT_EQ(0, system("modprobe " SAMPLE_MOD)) TH_LOG("CONFIG_SAMPLE_RUST_MISC_DEVICE=m");
+	fd = open(SAMPLE_NODE, O_RDWR);
+	ASSERT_LE(0, fd) TH_LOG(SAMPLE_NODE ": %s", strerror(errno));
+	EXPECT_EQ(-EWOULDBLOCK, unload_module(SAMPLE_MOD));
+	/* Still there and working: the module was not unloaded under it. */
+	EXPECT_EQ(0, access(SAMPLE_NODE, F_OK));
+	close(fd);
+	EXPECT_EQ(0, unload_module(SAMPLE_MOD));
+	EXPECT_EQ(-1, access(SAMPLE_NODE, F_OK));
 }
 
 TEST_HARNESS_MAIN
