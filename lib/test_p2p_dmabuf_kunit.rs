@@ -31,6 +31,7 @@ use kernel::{
         c_int,
         c_void, //
     },
+    fs::File,
     pci::{
         self,
         p2pdma::{
@@ -431,6 +432,28 @@ mod tests {
         locked.map()?;
         check!(importer.invalidations() == before + 1);
         check!(locked.phys_ranges().is_ok());
+        Ok(())
+    }
+
+    /// `File::mapping()` holds the inode that hosts the file's page-cache mapping until it is
+    /// dropped, and its `unmap_range()` zaps (here: nothing mapped) and returns. A dma-buf is a
+    /// file: its own.
+    #[test]
+    fn file_mapping_holds_its_inode() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(54 * SZ_1M, 2 * SZ_1M, SG_PROVIDER | PHYS, 0)?;
+        // SAFETY: The dma-buf's file is valid while `buf` holds a reference to the dma-buf.
+        let file = unsafe { File::from_raw_file((*buf.as_raw()).file) };
+        let count = || {
+            // SAFETY: The file is valid (above), so are its mapping and the mapping's host.
+            unsafe { bindings::atomic_read(&(*(*(*file.as_ptr()).f_mapping).host).i_count) }
+        };
+        let before = count();
+        let mapping = file.mapping();
+        check!(count() == before + 1);
+        mapping.unmap_range(0, 2 * SZ_1M);
+        drop(mapping);
+        check!(count() == before);
         Ok(())
     }
 
