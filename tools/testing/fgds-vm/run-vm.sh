@@ -43,6 +43,8 @@
 #                                     the debug guest spent 130 to 170 ms submitting 32
 #                                     reads of 128 KiB, in which 16 MiB/s, after QEMU's
 #                                     burst of a tenth of it, had served nearly all)
+#                             +- dn6, dn7: NVMes "fgdsmd0" and "fgdsmd1", an md raid0
+#                                     array in the guest (/dev/md_fgds)
 #   root port 2 --------------- NVMe "fgdsfar" (shares no switch with the stand-ins:
 #                                     P2P to them is refused)
 # The host checks (barcheck) serve the first stand-in's BAR in out/ and the
@@ -139,10 +141,11 @@ prepare() {
 	stop_checker
 	rm -rf "$out"
 	mkdir -p "$out/req" "$out/resp" "$out/tap" "$out/bar2/req" "$out/bar2/resp"
-	rm -f "$vm/nvme0.img" "$vm/nvme1.img" "$vm/nvme2.img" "$vm/nvme3.img" "$vram" "$vram2"
+	rm -f "$vm"/nvme[0-5].img "$vram" "$vram2"
 	truncate -s 4G "$vm/nvme0.img"
 	truncate -s 256M "$vm/nvme1.img"
 	truncate -s 64M "$vm/nvme2.img" "$vm/nvme3.img"
+	truncate -s 192M "$vm/nvme4.img" "$vm/nvme5.img"
 	truncate -s 512M "$vram"
 	truncate -s 64M "$vram2"
 	"$vm/barcheck" "$vram" serve "$out" &
@@ -212,6 +215,12 @@ boot() {
 		-device xio3130-downstream,id=dn5,bus=up1,chassis=6,slot=5 \
 		-drive file="$vm/nvme2.img",if=none,id=nvm2,format=raw,cache=unsafe,throttling.bps-read=8388608 \
 		-device nvme,serial=fgdsslow,drive=nvm2,bus=dn5 \
+		-device xio3130-downstream,id=dn6,bus=up1,chassis=8,slot=6 \
+		-drive file="$vm/nvme4.img",if=none,id=nvm4,format=raw,cache=unsafe \
+		-device nvme,serial=fgdsmd0,drive=nvm4,bus=dn6 \
+		-device xio3130-downstream,id=dn7,bus=up1,chassis=9,slot=7 \
+		-drive file="$vm/nvme5.img",if=none,id=nvm5,format=raw,cache=unsafe \
+		-device nvme,serial=fgdsmd1,drive=nvm5,bus=dn7 \
 		-device pcie-root-port,id=rp2,chassis=7,slot=2 \
 		-drive file="$vm/nvme3.img",if=none,id=nvm3,format=raw,cache=unsafe \
 		-device nvme,serial=fgdsfar,drive=nvm3,bus=rp2 \

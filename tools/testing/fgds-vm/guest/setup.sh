@@ -12,6 +12,7 @@
 #   FGDS_CMB_NVME  that NVMe's namespace
 #   FGDS_SLOW      an NVMe namespace whose reads QEMU throttles (8 MiB/s)
 #   FGDS_FAR       an NVMe namespace on its own root port: no P2P to the stand-ins
+#   FGDS_MD        an md raid0 array over two NVMes below the stand-ins' switch
 
 fgds_die() { echo "fgds-guest: setup: $*"; exit 1; }
 
@@ -52,6 +53,32 @@ export FGDS_SLOW=/dev/${slow}n1
 far=$(nvme_by_serial fgdsfar)
 [ -n "$far" ] || fgds_die "no NVMe with serial fgdsfar"
 export FGDS_FAR=/dev/${far}n1
+
+# md raid0 over fgdsmd0 and fgdsmd1 with no metadata (what mdadm --build
+# does), through md's sysfs interface (Documentation/admin-guide/md.rst).
+md_members=
+for s in fgdsmd0 fgdsmd1; do
+	c=$(nvme_by_serial $s)
+	[ -n "$c" ] || fgds_die "no NVMe with serial $s"
+	md_members="$md_members ${c}n1"
+done
+echo md_fgds >/sys/module/md_mod/parameters/new_array ||
+	fgds_die "md: cannot make an array (CONFIG_BLK_DEV_MD, CONFIG_MD_RAID0)"
+m=/sys/block/md_fgds/md
+{ echo none >$m/metadata_version && echo raid0 >$m/level &&
+	echo 65536 >$m/chunk_size && echo 2 >$m/raid_disks; } ||
+	fgds_die "md: describing the array failed"
+slot=0
+for d in $md_members; do
+	read -r majmin </sys/block/$d/dev && read -r sectors </sys/block/$d/size ||
+		fgds_die "md: no $d"
+	{ echo $majmin >$m/new_dev && echo $slot >$m/dev-$d/slot &&
+		echo $((sectors / 2)) >$m/dev-$d/size; } || fgds_die "md: adding $d failed"
+	slot=$((slot + 1))
+done
+echo active >$m/array_state || fgds_die "md: starting the array failed"
+[ -b /dev/md_fgds ] || fgds_die "md: no /dev/md_fgds"
+export FGDS_MD=/dev/md_fgds
 
 # raw 1 GiB, ext4 1.5 GiB, xfs the rest
 sfdisk -q "$FGDS_NVME" >/dev/null <<PART || fgds_die "sfdisk $FGDS_NVME failed"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Data through /dev/fgds0 mappings, on a raw NVMe partition, ext4 and xfs:
+ * Data through /dev/fgds0 mappings, on a raw NVMe partition, ext4, xfs and an
+ * md raid0 array of two NVMes (64 KiB chunks: requests split across both):
  * O_DIRECT pread/pwrite/preadv/pwritev and io_uring READ/WRITE/READV/WRITEV,
  * every byte checked from the host, in the GPU stand-in's BAR file.
  * And the refusals: devices that cannot do P2P DMA get EREMOTEIO and
@@ -54,6 +55,8 @@ FIXTURE_VARIANT(io) {
 FIXTURE_VARIANT_ADD(io, raw) { .env = "FGDS_RAW", .is_dir = 0 };
 FIXTURE_VARIANT_ADD(io, ext4) { .env = "FGDS_EXT4", .is_dir = 1 };
 FIXTURE_VARIANT_ADD(io, xfs) { .env = "FGDS_XFS", .is_dir = 1 };
+/* md raid0 over two NVMes below the switch: it advertises P2PDMA in 7.2. */
+FIXTURE_VARIANT_ADD(io, md_raid0) { .env = "FGDS_MD", .is_dir = 0 };
 
 FIXTURE_SETUP(io)
 {
