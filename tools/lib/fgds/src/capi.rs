@@ -500,7 +500,8 @@ unsafe fn rw_async(
 /// Enqueues a read on a CUDA stream (`cuFileReadAsync`'s model). When `stream` reaches it,
 /// `*size` bytes at `*file_offset` are read into `base + *buf_offset` (the values are read then);
 /// work queued on `stream` after it waits for the read, whose result (bytes, or a negative code)
-/// goes to `*bytes_done`. Returns 0 once enqueued, or a negative code (nothing enqueued).
+/// goes to `*bytes_done`. Returns 0 once enqueued (with 16 requests on `stream` not passed yet,
+/// after waiting for the oldest to pass), or a negative code (nothing enqueued).
 ///
 /// # Safety
 /// `stream` is a `CUstream` of the calling thread's current context or of the buffer's (NULL:

@@ -10,9 +10,24 @@
 //!    count (or negative error code) is stored.
 //!
 //! Work queued on the stream after the request therefore starts after its I/O, and the calling
-//! thread never blocks. The I/O itself is the library's ordinary path: peer to peer through fgds,
-//! or the bounce path, whose copies run on the I/O thread's own non-blocking stream so that they
-//! do not wait for the stream held at the gate. A third host function gives the gate back.
+//! thread does not wait for its I/O. The I/O itself is the library's ordinary path: peer to peer
+//! through fgds, or the bounce path, whose copies run on the I/O thread's own non-blocking stream
+//! so that they do not wait for the stream held at the gate. A third host function gives the gate
+//! back.
+//!
+//! # Requests in flight on one stream
+//!
+//! A stream holds at most [`MAX_QUEUED_PER_STREAM`] of these requests that it has not passed
+//! yet; the enqueuing thread waits for the oldest to pass before it enqueues more (in the
+//! library, holding nothing that the requests need). CUDA bounds the waits pending on a stream:
+//! on the H200 machine (driver 580.159) the 57th `cuStreamWaitValue32` behind closed gates
+//! blocks in the driver until the stream passes one. On a created stream that only makes the
+//! caller wait. On the legacy default stream (the NULL stream) it hangs: while a thread is
+//! blocked there, other threads block as well in a `cuMemsetD32Async` or `cuMemcpyHtoDAsync`
+//! on a non-blocking stream with its `cuStreamSynchronize`, in `cuStreamCreate`,
+//! `cuEventCreate` and `cuMemHostAlloc`: the I/O thread's copies and the gate's write, which
+//! would let the stream pass the request at its head. Kept well below the driver's bound,
+//! the library's own requests never make an enqueue block in the driver.
 
 use crate::buffer::Buffer;
 use crate::engine::{do_io, Op};
@@ -26,6 +41,80 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Gates allocated at a time.
 const GATES_PER_BLOCK: usize = 1024;
+
+/// Requests one stream may hold that it has not passed yet (see the module documentation): each
+/// has one `cuStreamWaitValue32`, of which the driver let 56 wait on one stream before the next
+/// call blocked (H200, driver 580.159); the margin is for the caller's own waits.
+pub const MAX_QUEUED_PER_STREAM: usize = 16;
+
+/// Requests enqueued and not yet passed, by stream, and a wait for one to pass.
+struct Queued<K> {
+    counts: Mutex<Vec<(K, usize)>>,
+    passed: Condvar,
+    limit: usize,
+}
+
+impl<K: PartialEq + Copy> Queued<K> {
+    const fn new(limit: usize) -> Self {
+        Queued {
+            counts: Mutex::new(Vec::new()),
+            passed: Condvar::new(),
+            limit,
+        }
+    }
+
+    /// Counts one more request on `key`, first waiting while it holds `limit`. The lock is held
+    /// only here and in [`Queued::release`], never across a runtime call: the host function that
+    /// releases never waits for a thread blocked in the driver.
+    fn acquire(&self, key: K) {
+        let mut g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match g.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) if *n >= self.limit => {}
+                Some((_, n)) => {
+                    *n += 1;
+                    return;
+                }
+                None => {
+                    g.push((key, 1));
+                    return;
+                }
+            }
+            g = self.passed.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The stream passed a request of `key` (or it was never enqueued).
+    fn release(&self, key: K) {
+        let mut g = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = g.iter().position(|(k, _)| *k == key) {
+            g[i].1 -= 1;
+            if g[i].1 == 0 {
+                g.swap_remove(i);
+            }
+        }
+        drop(g);
+        self.passed.notify_all();
+    }
+}
+
+/// A stream: its context and handle (the legacy stream's two names, NULL and
+/// `CU_STREAM_LEGACY`, as one).
+type StreamKey = (usize, usize);
+
+fn stream_key(ctx: usize, stream: *mut c_void) -> StreamKey {
+    /// `CU_STREAM_LEGACY`.
+    const LEGACY: usize = 1;
+    match stream as usize {
+        LEGACY => (ctx, 0),
+        s => (ctx, s),
+    }
+}
+
+fn queued() -> &'static Queued<StreamKey> {
+    static QUEUED: Queued<StreamKey> = Queued::new(MAX_QUEUED_PER_STREAM);
+    &QUEUED
+}
 
 /// The arguments of a stream-ordered request, read when the stream reaches it.
 ///
@@ -223,14 +312,22 @@ unsafe extern "C" fn reached(user: *mut c_void) {
     let _ = crate::batch::spawn_job(Box::new(move || req.run()));
 }
 
-/// The host function after the wait: the stream passed the gate, which is free again.
+/// What [`passed`] frees: the gate and the stream's place for another request.
+struct Passed {
+    gate: Gate,
+    stream: StreamKey,
+}
+
+/// The host function after the wait: the stream passed the gate, which is free again, and has
+/// room for another request.
 ///
 /// # Safety
-/// `user` is a `Box<Gate>` leaked by [`enqueue`], passed once.
+/// `user` is a `Box<Passed>` leaked by [`enqueue`], passed once.
 unsafe extern "C" fn passed(user: *mut c_void) {
     // SAFETY: As the contract says.
-    let gate = unsafe { Box::from_raw(user as *mut Gate) };
-    give_back(*gate);
+    let p = unsafe { Box::from_raw(user as *mut Passed) };
+    give_back(p.gate);
+    queued().release(p.stream);
 }
 
 /// Enqueues `op` on `stream`.
@@ -276,7 +373,35 @@ unsafe fn enqueue(
     buffer.make_current()?;
     // The I/O threads run before anything is enqueued: `reached` only hands over.
     crate::batch::start_pool()?;
-    let gate = take_gate(&rt)?;
+    // Room on the stream first (this may wait for earlier requests to pass), so that nothing
+    // below blocks in the driver for a stream full of our requests.
+    let key = stream_key(rt.current_context()?, stream);
+    queued().acquire(key);
+    // SAFETY: As this function's contract.
+    let r = unsafe { enqueue_on(&rt, file, op, buffer, base_off, args, owned, stream, key) };
+    if r.is_err() {
+        queued().release(key);
+    }
+    r
+}
+
+/// [`enqueue`] once the stream has room for the request; an error: `passed` was not enqueued.
+///
+/// # Safety
+/// As [`FileHandle::read_on_stream`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn enqueue_on(
+    rt: &Arc<Runtime>,
+    file: &Arc<FileHandle>,
+    op: Op,
+    buffer: Arc<Buffer>,
+    base_off: usize,
+    args: LateArgs,
+    owned: Option<Arc<OwnedArgs>>,
+    stream: *mut c_void,
+    key: StreamKey,
+) -> Result<()> {
+    let gate = take_gate(rt)?;
     let setup = Arc::new((Mutex::new(Setup::Pending), Condvar::new()));
     let req = Box::into_raw(Box::new(Request {
         rt: rt.clone(),
@@ -309,12 +434,14 @@ unsafe fn enqueue(
         arm(Setup::Abandoned);
         return Err(e);
     }
-    let back = Box::into_raw(Box::new(gate));
+    let back = Box::into_raw(Box::new(Passed { gate, stream: key }));
     // SAFETY: `back` is passed once, to `passed`.
     if unsafe { rt.launch_host_func(stream, passed, back as *mut c_void) }.is_err() {
-        // The gate stays taken (a word of device memory lost), the request is sound.
+        // The gate stays taken (a word of device memory lost), the request is sound; its place
+        // on the stream is given back now.
         // SAFETY: `back` was not handed over.
         drop(unsafe { Box::from_raw(back) });
+        queued().release(key);
     }
     arm(Setup::Armed);
     Ok(())
@@ -324,8 +451,10 @@ impl FileHandle {
     /// Enqueues a read on a CUDA stream (`cuFileReadAsync`'s model): when `stream` reaches it,
     /// `*args.size` bytes at `*args.file_off` are read into `buffer` at
     /// `base_off + *args.buf_off`, and work queued on `stream` after it waits for the read,
-    /// whose result goes to `*args.bytes_done`. Returns once enqueued; an error means that
-    /// nothing was enqueued.
+    /// whose result goes to `*args.bytes_done`. Returns once enqueued, without waiting for the
+    /// I/O, except that with [`MAX_QUEUED_PER_STREAM`] requests of this library on `stream`
+    /// not passed yet it first waits for the oldest to pass (as CUDA blocks an enqueue on a full
+    /// stream; see the [module documentation](self)). An error means that nothing was enqueued.
     ///
     /// # Safety
     /// `stream` is a CUDA stream (`CUstream`) of the context current on the calling thread, or
@@ -482,5 +611,57 @@ impl StreamRequest {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    #[test]
+    fn a_full_stream_waits_for_one_to_pass() {
+        // What the legacy stream needs: the enqueuer waits in the library, not in the driver,
+        // once a stream holds the limit, and the release (the `passed` host function) never
+        // waits for it.
+        let q = Arc::new(Queued::<StreamKey>::new(4));
+        for _ in 0..4 {
+            q.acquire((1, 0));
+        }
+        // Another stream, and the other name of the legacy stream's context, are not held up.
+        q.acquire((1, 7));
+        q.acquire((2, 0));
+        assert_eq!(stream_key(1, 1 as *mut c_void), (1, 0));
+        let enqueued = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (q, enqueued) = (q.clone(), enqueued.clone());
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    q.acquire(stream_key(1, std::ptr::null_mut()));
+                    enqueued.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            enqueued.load(Ordering::SeqCst),
+            0,
+            "a fifth request was let in"
+        );
+        for i in 1..=3 {
+            q.release((1, 0));
+            while enqueued.load(Ordering::SeqCst) < i {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        t.join().unwrap();
+        assert_eq!(enqueued.load(Ordering::SeqCst), 3);
+        for _ in 0..4 {
+            q.release((1, 0));
+        }
+        q.release((1, 7));
+        q.release((2, 0));
+        assert!(q.counts.lock().unwrap().is_empty());
     }
 }
