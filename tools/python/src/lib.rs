@@ -894,7 +894,9 @@ impl File {
     /// `read_on_stream(buf, size=None, file_offset=0, buf_offset=0, stream=0) -> StreamFuture`:
     /// a read ordered on a CUDA stream (`cuFileReadAsync`'s model). It runs when the stream
     /// reaches it (e.g. `torch.cuda.current_stream().cuda_stream`; 0: the default stream), and
-    /// work queued on the stream afterwards sees its data. Returns at once.
+    /// work queued on the stream afterwards sees its data. Returns at once, without waiting
+    /// for the I/O, unless 16 requests of fgds are on the stream and not passed yet: then it
+    /// first waits (without the GIL) for the oldest to pass.
     #[pyo3(signature = (buf, size=None, file_offset=0, buf_offset=0, stream=0))]
     fn read_on_stream(
         slf: &Bound<'_, Self>,
@@ -1052,17 +1054,24 @@ impl File {
         read: bool,
     ) -> PyResult<StreamFuture> {
         let (f, h, size) = Self::prepare(slf, buf, size, buf_offset, read)?;
-        let s = stream as *mut c_void;
-        // SAFETY: `stream` is the caller's CUstream (or 0), as documented; a bad one makes the
-        // CUDA driver fail the call.
-        let req = unsafe {
-            if read {
-                f.read_on_stream_with(h.buf.clone(), buf_offset, size, file_offset, s)
-            } else {
-                f.write_on_stream_with(h.buf.clone(), buf_offset, size, file_offset, s)
-            }
-        }
-        .map_err(to_py)?;
+        let b = h.buf.clone();
+        // Without the GIL: the enqueue may wait for earlier requests to pass the stream (a full
+        // stream), and other Python threads may go on meanwhile.
+        let req = slf
+            .py()
+            .allow_threads(|| {
+                let s = stream as *mut c_void;
+                // SAFETY: `stream` is the caller's CUstream (or 0), as documented; a bad one
+                // makes the CUDA driver fail the call.
+                unsafe {
+                    if read {
+                        f.read_on_stream_with(b, buf_offset, size, file_offset, s)
+                    } else {
+                        f.write_on_stream_with(b, buf_offset, size, file_offset, s)
+                    }
+                }
+            })
+            .map_err(to_py)?;
         Ok(StreamFuture {
             req,
             _refs: vec![h.py_buf.into_any(), slf.clone().into_any().unbind()],
