@@ -210,3 +210,44 @@ def test_read_write_on_stream_order_with_torch_work(tmpdir_ext4):
     assert bool((copy[:4096] == 0xA5).all()) and bool((copy[4096 + n :] == 0xA5).all())
     with open(dst, "rb") as fh:
         assert fh.read() == data
+
+
+# A child: n stream-ordered writes of `chunk` bytes each, enqueued back to back on the legacy
+# default stream (stream 0), then n reads back, every byte compared.
+_BACK_TO_BACK = r"""
+import sys, torch, fgds
+path, n, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+src = torch.randint(0, 256, (n * chunk,), dtype=torch.uint8, device="cuda")
+dst = torch.zeros_like(src)
+torch.cuda.synchronize()
+with fgds.File(path, "w+") as f:
+    futs = [f.write_on_stream(src, chunk, i * chunk, i * chunk, stream=0) for i in range(n)]
+    torch.cuda.synchronize()
+    assert [x.result() for x in futs] == [chunk] * n
+    futs = [f.read_on_stream(dst, chunk, i * chunk, i * chunk, stream=0) for i in range(n)]
+    torch.cuda.synchronize()
+    assert [x.result() for x in futs] == [chunk] * n
+assert torch.equal(src, dst)
+with open(path, "rb") as fh:
+    assert torch.equal(torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8).cuda(), src)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_many_requests_back_to_back_on_default_stream(tmpdir_ext4):
+    # 256 requests queued at once on the legacy default stream: more stream waits than CUDA lets
+    # pend on a stream (56 on the H200 machine). The 57th enqueue used to block in the driver
+    # there, which blocks the I/O thread's copies and gate write too, so the request at the head
+    # of the stream never finished (a hang); the library now keeps 16 on a stream and waits.
+    path = os.path.join(tmpdir_ext4, "b2b.bin")
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", _BACK_TO_BACK, path, "256", str(1 << 20)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("256 stream-ordered requests on the default stream hung")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
