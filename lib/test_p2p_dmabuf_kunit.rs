@@ -291,7 +291,7 @@ mod tests {
 
             {
                 let ranges = locked.phys_ranges()?;
-                check!(ranges.provided_by(exp.offer()?));
+                check!(exp.offer()?.provides(&ranges));
                 check!(exp.offer()?.index() == BAR);
                 check!(core::ptr::eq(exp.offer()?.pci_dev(), exp.pci()?));
                 let mut it = ranges.iter();

@@ -458,21 +458,16 @@ impl<T: Importer> Locked<'_, T> {
 /// The memory behind a mapped attachment: physical ranges of one BAR's PCI MMIO
 /// ([`Locked::phys_ranges`]).
 pub struct PhysRanges<'a> {
-    /// Compared, never dereferenced.
-    #[cfg_attr(not(CONFIG_PCI_P2PDMA), expect(dead_code))]
     provider: *const bindings::p2pdma_provider,
     ranges: &'a [bindings::phys_vec],
 }
 
 impl PhysRanges<'_> {
-    /// Whether the ranges lie in `bar`, the BAR whose offer the caller's driver is bound to:
-    /// whether the exporter named that BAR's P2PDMA provider.
-    ///
-    /// A provider of another BAR, another device or an earlier binding of the same device
-    /// (which an exporter must refuse to hand out, with `ENODEV`) is not `bar`'s.
-    #[cfg(CONFIG_PCI_P2PDMA)]
-    pub fn provided_by(&self, bar: &crate::pci::p2pdma::OfferedBar) -> bool {
-        core::ptr::eq(self.provider, bar.provider())
+    /// The P2PDMA provider the exporter named for the ranges, as an identity: to be compared
+    /// with a BAR's (`OfferedBar::provides()` in `pci::p2pdma`), never dereferenced. It is only
+    /// known to be live to the driver bound to its BAR's offer.
+    pub fn provider(&self) -> *const bindings::p2pdma_provider {
+        self.provider
     }
 
     /// The ranges, in buffer order: `(CPU-physical address, length)`.

@@ -517,7 +517,7 @@ fn extents(
     offset: u64,
     size: u64,
 ) -> Result<KVec<(u32, u64, u64)>> {
-    if !phys.provided_by(&gpu.offer) {
+    if !gpu.offer.provides(phys) {
         return Err(EXDEV);
     }
     let bar = gpu.offer.index();

@@ -22,9 +22,7 @@
 //! `struct page`s.
 
 use crate::{
-    auxiliary,
-    bindings,
-    container_of,
+    auxiliary, bindings, container_of,
     error::from_err_ptr,
     ffi::c_ulong,
     page::BorrowedPage,
@@ -104,6 +102,16 @@ impl OfferedBar {
     pub(crate) fn provider(&self) -> *const bindings::p2pdma_provider {
         // SAFETY: `provider` never changes (type invariant).
         unsafe { (*self.raw()).provider.cast_const() }
+    }
+
+    /// Whether the physical ranges of a mapped dma-buf lie in this BAR: whether its exporter
+    /// named this BAR's P2PDMA provider.
+    ///
+    /// A provider of another BAR, another device or an earlier binding of the same device
+    /// (which an exporter must refuse to hand out, with `ENODEV`) is not this BAR's.
+    #[cfg(CONFIG_DMA_SHARED_BUFFER)]
+    pub fn provides(&self, ranges: &crate::dma_buf::PhysRanges<'_>) -> bool {
+        core::ptr::eq(ranges.provider(), self.provider())
     }
 }
 
