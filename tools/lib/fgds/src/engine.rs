@@ -1393,13 +1393,13 @@ fn run_call(
     for _ in 0..(threads - 1).min(n - 1) {
         let c = ctl.clone();
         let ptr = RefsPtr((&raw const refs).cast::<()>());
-        let job: crate::batch::Job = Box::new(move || {
+        let job: crate::pool::Job = Box::new(move || {
             let ptr = ptr;
             // SAFETY: split_work reads *ptr only after taking a part, which
             // it can do only while the caller waits (see SplitRefs).
             split_work(&c, unsafe { &*ptr.0.cast::<SplitRefs<'_>>() });
         });
-        if crate::batch::spawn_job(job).is_err() {
+        if crate::pool::spawn_job(job).is_err() {
             break; // no I/O threads: the calling thread does it all
         }
     }

@@ -11,6 +11,7 @@ pub mod env;
 pub mod error;
 pub mod file;
 pub mod gpu;
+mod pool;
 pub mod stream;
 pub mod sys;
 

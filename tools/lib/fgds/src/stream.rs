@@ -309,7 +309,7 @@ unsafe extern "C" fn reached(user: *mut c_void) {
     let req = unsafe { Box::from_raw(user as *mut Request) };
     // No runtime call here (host functions must not make any): hand over to an I/O thread.
     // Should that fail, the dropped request fails itself and opens its gate.
-    let _ = crate::batch::spawn_job(Box::new(move || req.run()));
+    let _ = crate::pool::spawn_job(Box::new(move || req.run()));
 }
 
 /// What [`passed`] frees: the gate and the stream's place for another request.
@@ -372,7 +372,7 @@ unsafe fn enqueue(
     }
     buffer.make_current()?;
     // The I/O threads run before anything is enqueued: `reached` only hands over.
-    crate::batch::start_pool()?;
+    crate::pool::start_pool()?;
     // Room on the stream first (this may wait for earlier requests to pass), so that nothing
     // below blocks in the driver for a stream full of our requests.
     let key = stream_key(rt.current_context()?, stream);
