@@ -13,9 +13,8 @@
 //! ...), which the engine then retries, falls back or reports.
 
 use crate::buffer::Buffer;
-use crate::engine::{
-    count_direct, do_io, do_vectored, single_direct, without_split, Op, Segment, FGDS_BATCH_IOV_MAX,
-};
+use crate::config::FGDS_BATCH_IOV_MAX;
+use crate::engine::{count_direct, do_io, do_vectored, single_direct, without_split, Op, Segment};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::pool::spawn;

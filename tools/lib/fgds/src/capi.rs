@@ -5,7 +5,8 @@
 
 use crate::batch::{Batch, IoParams, IoTarget, OwnedSegment, Status};
 use crate::buffer::Buffer;
-use crate::engine::{Config, Op, Segment, FGDS_IOV_MAX};
+use crate::config::{Config, FGDS_BATCH_IOV_MAX, FGDS_IOV_MAX};
+use crate::engine::{Op, Segment};
 use crate::error::{strerror, Error, Result};
 use crate::file::FileHandle;
 use std::cell::RefCell;
@@ -841,9 +842,8 @@ pub unsafe extern "C" fn fgds_batch_submit(
                     size: p.size,
                 }
             } else {
-                let segs =
-                    resolve_segments(p.segments, p.nsegments, crate::engine::FGDS_BATCH_IOV_MAX)
-                        .map_err(|e| Error::segment(i, e))?;
+                let segs = resolve_segments(p.segments, p.nsegments, FGDS_BATCH_IOV_MAX)
+                    .map_err(|e| Error::segment(i, e))?;
                 IoTarget::Vectored(
                     segs.into_iter()
                         .map(|(buffer, offset, size)| OwnedSegment {

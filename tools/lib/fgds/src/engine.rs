@@ -1,32 +1,6 @@
 //! The synchronous I/O engine: chunking, io_uring submission, unaligned
-//! edges, fallback to bounce buffers, vectored requests.
-//!
-//! # Defaults
-//!
-//! [`Config::default`] uses 1 MiB chunks and a queue depth of 16 per call.
-//! They were chosen with `fgds bench` on the development host (2 vCPUs,
-//! virtio disk on ext4, no GPU); see `tools/lib/fgds/README.md` for the
-//! measured table. Larger chunks gave no more bandwidth there, and deeper
-//! queues only added latency; 1 MiB also keeps each request below the usual
-//! NVMe MDTS split (and 1 MiB is what KvikIO and cuFile default to).
-//!
-//! A call larger than [`Config::split_size`] (16 MiB) runs on up to
-//! [`Config::parallel`] threads (the I/O threads' count): the calling
-//! thread and I/O threads take parts of about `split_size` bytes in file
-//! order, each with its own ring and bounce buffers, so that the bounce
-//! copies of one overlap the reads of the others. Measured on the H200
-//! machine with `tools/testing/fgds-bench/gpu-tune.py` (one `pread` of
-//! 4 GiB into CUDA memory through the page cache: 4471 MiB/s on the
-//! calling thread alone, 39362 on 16 threads with 16 MiB parts, a batch of
-//! 64 x 32 MiB 37039); the table is in `tools/lib/fgds/README.md`.
-//!
-//! The bounce path has sizes of its own ([`Config::bounce_chunk_size`],
-//! 4 MiB pieces, and [`Config::bounce_split_size`], 8 MiB parts, for a call
-//! mostly through it), so that `chunk_size` stays the size of every
-//! O_DIRECT request of the direct path (below an NVMe's MDTS) while the
-//! bounce path pays its per-piece costs (a system call, a queued copy, a
-//! wait) over fewer pieces. Measured on the H200 machine with
-//! `gpu-tune.py --only bounce` (the table is in the README).
+//! edges, fallback to bounce buffers, vectored requests. Its sizes and
+//! their defaults are [`Config`]'s ([`crate::config`]).
 //!
 //! # The bounce path
 //!
@@ -51,246 +25,27 @@
 //! writer go on before the disk has the data.
 
 use crate::buffer::{page_size, Buffer, QueuedCopy, Staging};
+pub use crate::config::{
+    BounceRead, Config, DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_CHUNK_SIZE,
+    DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, FGDS_BATCH_IOV_MAX, FGDS_IOV_MAX, MAX_RW_COUNT,
+    UIO_MAXIOV,
+};
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
+pub use crate::stats::Stats;
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Most segments one vectored call may have.
-pub const FGDS_IOV_MAX: usize = 1024;
-/// Most segments one vectored batch element may have.
-pub const FGDS_BATCH_IOV_MAX: usize = 128;
-/// Most iovecs one READV/WRITEV request carries (the kernel's UIO_MAXIOV).
-pub const UIO_MAXIOV: usize = 1024;
-/// Largest byte count one request may carry (the kernel's MAX_RW_COUNT).
-pub const MAX_RW_COUNT: usize = 0x7fff_f000;
-
-/// Default chunk size (see the module documentation).
-pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
-/// Default queue depth (see the module documentation).
-pub const DEFAULT_QUEUE_DEPTH: u32 = 16;
-/// Default bytes of a call each of its threads takes at a time (see the
-/// module documentation).
-pub const DEFAULT_SPLIT_SIZE: usize = 16 << 20;
-/// Default bytes of one piece of the bounce path (see the module
-/// documentation).
-pub const DEFAULT_BOUNCE_CHUNK_SIZE: usize = 4 << 20;
-/// Default bytes of a bounced call each of its threads takes at a time
-/// (see the module documentation).
-pub const DEFAULT_BOUNCE_SPLIT_SIZE: usize = 8 << 20;
 /// Pinned bounce buffers one thread of a call holds at most, in bytes (and
 /// at least two pieces' worth): the bounce path's buffers of a thread are
 /// `min(8, queue_depth, this / bounce_chunk_size)` pieces, at least 2. On
 /// the H200 machine a batch of 32 MiB reads with 4 MiB pieces ran 41262
 /// MiB/s with 2 buffers a thread and 35375 with 4 (tools/lib/fgds/README.md).
 const BOUNCE_BYTES_PER_THREAD: usize = 8 << 20;
-
-/// How the bounce path's reads reach the bounce buffers (see the module
-/// documentation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BounceRead {
-    /// O_DIRECT unless `cachestat(2)` finds at least half of the range in
-    /// the page cache (where it cannot tell: a probe of a few bytes with
-    /// `RWF_NOWAIT`; where that cannot tell either: the page cache).
-    Auto,
-    /// Always O_DIRECT (where the file has an O_DIRECT descriptor).
-    Direct,
-    /// Always through the page cache.
-    Buffered,
-}
-
-/// Tunables of a [`FileHandle`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// Bytes per request a large I/O is split into on the direct path (peer
-    /// to peer, O_DIRECT into host memory) and through the page cache into
-    /// host memory (multiple of 4096).
-    pub chunk_size: usize,
-    /// Bytes per piece on the bounce path (memory the kernel cannot reach:
-    /// a read into a pinned bounce buffer and its copy to the GPU, or a
-    /// copy out of the GPU and its write), multiple of 4096. Apart from
-    /// `chunk_size` so that the direct path keeps requests below an NVMe's
-    /// transfer limit while the bounce path pays its per-piece costs (a
-    /// system call, a queued copy, a wait) over fewer, larger pieces.
-    pub bounce_chunk_size: usize,
-    /// Requests in flight per thread of a call (io_uring entries of the
-    /// thread's ring; a call split over `parallel` threads has up to
-    /// `parallel * queue_depth`).
-    pub queue_depth: u32,
-    /// Refuse every bounce: misalignment is [`Error::Misaligned`] and an
-    /// impossible direct path is [`Error::P2pUnavailable`].
-    pub strict: bool,
-    /// Use io_uring (otherwise pread/pwrite/preadv/pwritev, one at a time).
-    pub use_io_uring: bool,
-    /// Do not open an O_DIRECT descriptor (everything goes through the
-    /// page cache / bounce buffers; reported as a fallback).
-    pub disable_direct: bool,
-    /// Most threads one call runs on: the calling thread plus up to
-    /// `parallel - 1` of the I/O threads (`FGDS_THREADS`), each with its own
-    /// io_uring and its own bounce buffers. 1: the calling thread only.
-    pub parallel: u32,
-    /// Bytes of a call each thread takes at a time (a multiple of 4096): a
-    /// call of at most this many bytes runs on the calling thread alone.
-    pub split_size: usize,
-    /// `split_size` for a call that goes mostly through the bounce path.
-    pub bounce_split_size: usize,
-    /// How reads into memory that bounces reach the bounce buffers.
-    pub bounce_read: BounceRead,
-}
-
-impl Default for Config {
-    /// The built-in defaults, or what the `FGDS_*` environment variables
-    /// set ([`crate::env`]).
-    fn default() -> Self {
-        let e = crate::env::env();
-        Config {
-            chunk_size: e.chunk_size,
-            bounce_chunk_size: e.bounce_chunk_size,
-            queue_depth: e.queue_depth,
-            strict: e.strict,
-            use_io_uring: e.use_io_uring,
-            disable_direct: !e.direct,
-            parallel: e.parallel,
-            split_size: e.split_size,
-            bounce_split_size: e.bounce_split_size,
-            bounce_read: e.bounce_read,
-        }
-    }
-}
-
-impl Config {
-    /// Checks the values (and that the `FGDS_*` environment is valid).
-    pub fn validate(&self) -> Result<()> {
-        crate::env::env().check()?;
-        if self.chunk_size == 0 || self.chunk_size % 4096 != 0 || self.chunk_size > MAX_RW_COUNT {
-            return Err(Error::InvalidArgument(format!(
-                "chunk_size {} must be a non-zero multiple of 4096 up to {MAX_RW_COUNT}",
-                self.chunk_size
-            )));
-        }
-        if self.bounce_chunk_size == 0
-            || self.bounce_chunk_size % 4096 != 0
-            || self.bounce_chunk_size > MAX_RW_COUNT
-        {
-            return Err(Error::InvalidArgument(format!(
-                "bounce_chunk_size {} must be a non-zero multiple of 4096 up to {MAX_RW_COUNT}",
-                self.bounce_chunk_size
-            )));
-        }
-        if self.queue_depth == 0 || self.queue_depth > 4096 {
-            return Err(Error::InvalidArgument(format!(
-                "queue_depth {} must be 1..=4096",
-                self.queue_depth
-            )));
-        }
-        if self.parallel == 0 || self.parallel > 256 {
-            return Err(Error::InvalidArgument(format!(
-                "parallel {} must be 1..=256",
-                self.parallel
-            )));
-        }
-        if self.split_size == 0 || self.split_size % 4096 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "split_size {} must be a non-zero multiple of 4096",
-                self.split_size
-            )));
-        }
-        if self.bounce_split_size == 0 || self.bounce_split_size % 4096 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "bounce_split_size {} must be a non-zero multiple of 4096",
-                self.bounce_split_size
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Which path the bytes of a handle took.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Bytes moved with O_DIRECT straight to/from the caller's buffer
-    /// (peer to peer for fgds/GPU buffers).
-    pub direct_bytes: u64,
-    /// Bytes moved through the page cache or a host bounce buffer
-    /// (unaligned edges and fallbacks).
-    pub bounce_bytes: u64,
-    /// Of `bounce_bytes`, those read with O_DIRECT into the bounce buffers
-    /// (the page cache was skipped).
-    pub bounce_direct_bytes: u64,
-    /// Calls (or batch elements) that fell back from direct to bounce.
-    pub fallbacks: u64,
-    /// Requests submitted on the direct path.
-    pub direct_ops: u64,
-    /// Requests submitted on the bounce path.
-    pub bounce_ops: u64,
-    /// Bytes read.
-    pub read_bytes: u64,
-    /// Bytes written.
-    pub write_bytes: u64,
-    /// Calls that returned an error.
-    pub errors: u64,
-    /// Why the last fallback happened.
-    pub last_fallback_reason: Option<String>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct StatsCounters {
-    direct_bytes: AtomicU64,
-    bounce_bytes: AtomicU64,
-    bounce_direct_bytes: AtomicU64,
-    fallbacks: AtomicU64,
-    direct_ops: AtomicU64,
-    bounce_ops: AtomicU64,
-    read_bytes: AtomicU64,
-    write_bytes: AtomicU64,
-    errors: AtomicU64,
-    reason: Mutex<Option<String>>,
-}
-
-impl StatsCounters {
-    pub(crate) fn snapshot(&self) -> Stats {
-        Stats {
-            direct_bytes: self.direct_bytes.load(Ordering::Relaxed),
-            bounce_bytes: self.bounce_bytes.load(Ordering::Relaxed),
-            bounce_direct_bytes: self.bounce_direct_bytes.load(Ordering::Relaxed),
-            fallbacks: self.fallbacks.load(Ordering::Relaxed),
-            direct_ops: self.direct_ops.load(Ordering::Relaxed),
-            bounce_ops: self.bounce_ops.load(Ordering::Relaxed),
-            read_bytes: self.read_bytes.load(Ordering::Relaxed),
-            write_bytes: self.write_bytes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
-            last_fallback_reason: self
-                .reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        }
-    }
-    pub(crate) fn reset(&self) {
-        for a in [
-            &self.direct_bytes,
-            &self.bounce_bytes,
-            &self.bounce_direct_bytes,
-            &self.fallbacks,
-            &self.direct_ops,
-            &self.bounce_ops,
-            &self.read_bytes,
-            &self.write_bytes,
-            &self.errors,
-        ] {
-            a.store(0, Ordering::Relaxed);
-        }
-        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-    fn fallback(&self, reason: &str) {
-        self.fallbacks.fetch_add(1, Ordering::Relaxed);
-        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.to_string());
-    }
-}
 
 /// Direction of an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Configuration from the environment: the `FGDS_*` variables, read once
-//! per process, the first time a default [`Config`](crate::Config) or the
+//! per process, the first time a default [`Config`] or the
 //! I/O threads are needed (as KvikIO reads `KVIKIO_*`). The one settings
 //! module of fgds: the library, `libcufile` (`tools/lib/cufile`), the
 //! Python bindings and the `fgds` tool all read the variables here, with
@@ -16,8 +16,8 @@
 //! opened ([`Env::check`]), never silently ignored; `fgds check` shows the
 //! configuration in force.
 
-use crate::engine::{
-    BounceRead, DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_CHUNK_SIZE,
+use crate::config::{
+    BounceRead, Config, DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_CHUNK_SIZE,
     DEFAULT_QUEUE_DEPTH, DEFAULT_SPLIT_SIZE, MAX_RW_COUNT,
 };
 use crate::error::{Error, Result};
@@ -389,7 +389,7 @@ impl Env {
     /// Puts the values of the variables that are set into `c`, leaving the
     /// others: for libcufile, whose `cufile.json` comes between the
     /// defaults and the environment.
-    pub fn apply_set(&self, c: &mut crate::Config) {
+    pub fn apply_set(&self, c: &mut Config) {
         let set = |n: &str| self.is_set(n);
         if set("FGDS_STRICT") {
             c.strict = self.strict;
@@ -439,6 +439,34 @@ impl Env {
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| Env::from_lookup(|k| std::env::var(k).ok()))
+}
+
+impl Default for Config {
+    /// The built-in defaults, or what the `FGDS_*` environment variables
+    /// set.
+    fn default() -> Self {
+        let e = env();
+        Config {
+            chunk_size: e.chunk_size,
+            bounce_chunk_size: e.bounce_chunk_size,
+            queue_depth: e.queue_depth,
+            strict: e.strict,
+            use_io_uring: e.use_io_uring,
+            disable_direct: !e.direct,
+            parallel: e.parallel,
+            split_size: e.split_size,
+            bounce_split_size: e.bounce_split_size,
+            bounce_read: e.bounce_read,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the values (and that the `FGDS_*` environment is valid).
+    pub fn validate(&self) -> Result<()> {
+        env().check()?;
+        self.check_values()
+    }
 }
 
 #[cfg(test)]

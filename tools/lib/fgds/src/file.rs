@@ -1,7 +1,8 @@
 //! Files opened for fgds I/O: an O_DIRECT descriptor plus a buffered one.
 
-use crate::engine::{Config, Stats, StatsCounters};
+use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::stats::{Stats, StatsCounters};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod buffer;
 pub mod capi;
+pub mod config;
 pub mod device;
 pub mod engine;
 pub mod env;
@@ -12,16 +13,16 @@ pub mod error;
 pub mod file;
 pub mod gpu;
 mod pool;
+pub mod stats;
 pub mod stream;
 pub mod sys;
 
 pub use batch::{Batch, Event, IoHandle, IoParams, IoTarget, OwnedSegment, Status};
 pub use buffer::{Buffer, BufferKind};
+pub use config::{BounceRead, Config, FGDS_BATCH_IOV_MAX, FGDS_IOV_MAX};
 pub use device::{list_devices, Device, DeviceInfo};
-pub use engine::{
-    read, readv, write, writev, BounceRead, Config, Op, Segment, Stats, FGDS_BATCH_IOV_MAX,
-    FGDS_IOV_MAX,
-};
+pub use engine::{read, readv, write, writev, Op, Segment};
 pub use error::{Error, Result};
 pub use file::FileHandle;
+pub use stats::Stats;
 pub use stream::{LateArgs, StreamRequest};
