@@ -24,6 +24,7 @@
 //! unaligned end without a read-modify-write, and the page cache lets the
 //! writer go on before the disk has the data.
 
+use crate::backend::{with_backend, Req};
 use crate::buffer::{page_size, Buffer, QueuedCopy, Staging};
 pub use crate::config::{
     BounceRead, Config, DEFAULT_BOUNCE_CHUNK_SIZE, DEFAULT_BOUNCE_SPLIT_SIZE, DEFAULT_CHUNK_SIZE,
@@ -33,8 +34,6 @@ pub use crate::config::{
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 pub use crate::stats::Stats;
-use io_uring::{opcode, types, IoUring};
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -143,199 +142,6 @@ fn is_fallback_errno(e: i32) -> bool {
         e,
         libc::EINVAL | libc::EFAULT | libc::EREMOTEIO | libc::EOPNOTSUPP | libc::EXDEV
     )
-}
-
-// ---------------------------------------------------------------- backends
-
-enum Req {
-    Rw {
-        write: bool,
-        fd: RawFd,
-        ptr: *mut u8,
-        len: usize,
-        off: u64,
-    },
-    Rwv {
-        write: bool,
-        fd: RawFd,
-        iov: *const libc::iovec,
-        cnt: usize,
-        off: u64,
-    },
-}
-
-struct Ring {
-    ring: IoUring,
-    entries: u32,
-}
-
-thread_local! {
-    static RING: RefCell<Option<Ring>> = const { RefCell::new(None) };
-}
-
-enum Backend<'a> {
-    Ring(&'a mut IoUring),
-    Sync(VecDeque<(u64, i32)>),
-}
-
-impl Backend<'_> {
-    fn push(&mut self, id: u64, req: &Req) -> Result<()> {
-        match self {
-            Backend::Ring(ring) => {
-                let sqe = match *req {
-                    Req::Rw {
-                        write: false,
-                        fd,
-                        ptr,
-                        len,
-                        off,
-                    } => opcode::Read::new(types::Fd(fd), ptr, len as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rw {
-                        write: true,
-                        fd,
-                        ptr,
-                        len,
-                        off,
-                    } => opcode::Write::new(types::Fd(fd), ptr, len as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rwv {
-                        write: false,
-                        fd,
-                        iov,
-                        cnt,
-                        off,
-                    } => opcode::Readv::new(types::Fd(fd), iov, cnt as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rwv {
-                        write: true,
-                        fd,
-                        iov,
-                        cnt,
-                        off,
-                    } => opcode::Writev::new(types::Fd(fd), iov, cnt as u32)
-                        .offset(off)
-                        .build(),
-                };
-                let sqe = sqe.user_data(id);
-                loop {
-                    // SAFETY: the memory each SQE points at outlives its
-                    // completion: run() reaps every request before returning.
-                    if unsafe { ring.submission().push(&sqe) }.is_ok() {
-                        return Ok(());
-                    }
-                    ring.submit().map_err(|e| Error::Io {
-                        op: "io_uring submit".into(),
-                        source: e,
-                    })?;
-                }
-            }
-            Backend::Sync(q) => {
-                // SAFETY: pointers describe live memory of the request.
-                let r = unsafe {
-                    match *req {
-                        Req::Rw {
-                            write: false,
-                            fd,
-                            ptr,
-                            len,
-                            off,
-                        } => libc::pread(fd, ptr as *mut libc::c_void, len, off as libc::off_t),
-                        Req::Rw {
-                            write: true,
-                            fd,
-                            ptr,
-                            len,
-                            off,
-                        } => libc::pwrite(fd, ptr as *const libc::c_void, len, off as libc::off_t),
-                        Req::Rwv {
-                            write: false,
-                            fd,
-                            iov,
-                            cnt,
-                            off,
-                        } => libc::preadv(fd, iov, cnt as i32, off as libc::off_t),
-                        Req::Rwv {
-                            write: true,
-                            fd,
-                            iov,
-                            cnt,
-                            off,
-                        } => libc::pwritev(fd, iov, cnt as i32, off as libc::off_t),
-                    }
-                };
-                let r = if r < 0 {
-                    -std::io::Error::last_os_error()
-                        .raw_os_error()
-                        .unwrap_or(libc::EIO)
-                } else {
-                    r as i32
-                };
-                q.push_back((id, r));
-                Ok(())
-            }
-        }
-    }
-
-    fn wait_one(&mut self) -> Result<(u64, i32)> {
-        match self {
-            Backend::Ring(ring) => loop {
-                if let Some(cqe) = ring.completion().next() {
-                    return Ok((cqe.user_data(), cqe.result()));
-                }
-                match ring.submit_and_wait(1) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                    Err(e) => {
-                        return Err(Error::Io {
-                            op: "io_uring wait".into(),
-                            source: e,
-                        })
-                    }
-                }
-            },
-            Backend::Sync(q) => q
-                .pop_front()
-                .ok_or_else(|| Error::InvalidArgument("internal: no request in flight".into())),
-        }
-    }
-}
-
-/// Runs `f` with this thread's ring (created or grown to `qd` entries), or
-/// with the synchronous backend when io_uring is off or unavailable, or
-/// when the call is a single request: one pread/pwrite is one system call
-/// and no more, where the ring would add its own enter and completion work
-/// (and, for a request it cannot start at once, a hand-off to an io-wq
-/// worker) with nothing to overlap.
-fn with_backend<T, F: FnOnce(&mut Backend<'_>) -> T>(cfg: &Config, requests: usize, f: F) -> T {
-    let f = if cfg.use_io_uring && requests > 1 {
-        let want = cfg.queue_depth.next_power_of_two().max(8);
-        let r = RING.with(move |cell| {
-            let Ok(mut slot) = cell.try_borrow_mut() else {
-                return Err(f); // re-entered: use the sync backend
-            };
-            if slot.as_ref().is_none_or(|r| r.entries < want) {
-                *slot = IoUring::new(want).ok().map(|ring| Ring {
-                    ring,
-                    entries: want,
-                });
-            }
-            match slot.as_mut() {
-                Some(ring) => Ok(f(&mut Backend::Ring(&mut ring.ring))),
-                None => Err(f),
-            }
-        });
-        match r {
-            Ok(v) => return v,
-            Err(f) => f,
-        }
-    } else {
-        f
-    };
-    f(&mut Backend::Sync(VecDeque::new()))
 }
 
 // ---------------------------------------------------------------- plain I/O

@@ -2,6 +2,7 @@
 //!
 //! See `tools/lib/fgds/README.md` for an overview.
 
+mod backend;
 pub mod batch;
 pub mod buffer;
 pub mod capi;
