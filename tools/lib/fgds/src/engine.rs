@@ -1047,12 +1047,17 @@ pub(crate) fn count_direct(file: &FileHandle, op: Op, n: usize) {
     let st = &file.stats;
     st.direct_ops.fetch_add(1, Ordering::Relaxed);
     st.direct_bytes.fetch_add(n as u64, Ordering::Relaxed);
-    let ctr = if op == Op::Read {
-        &st.read_bytes
-    } else {
-        &st.write_bytes
+    count_moved(file, op, n as u64);
+}
+
+/// Counts `n` bytes a call (or a batch's request) read or wrote.
+fn count_moved(file: &FileHandle, op: Op, n: u64) {
+    let st = &file.stats;
+    let ctr = match op {
+        Op::Read => &st.read_bytes,
+        Op::Write => &st.write_bytes,
     };
-    ctr.fetch_add(n as u64, Ordering::Relaxed);
+    ctr.fetch_add(n, Ordering::Relaxed);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1080,12 +1085,7 @@ fn plain(
     }
     let (pieces, reason) = plan(file, buf, 0, buf_off, size, file_off, force_bounce)?;
     let n = run_call(file, &[buf], op, pieces, cancel, reason)?;
-    let ctr = if op == Op::Read {
-        &file.stats.read_bytes
-    } else {
-        &file.stats.write_bytes
-    };
-    ctr.fetch_add(n as u64, Ordering::Relaxed);
+    count_moved(file, op, n as u64);
     Ok(n)
 }
 
@@ -1327,12 +1327,7 @@ fn vectored(
         // like a plain call of the same size.
         let (bufs, pieces, reason) = plan_segments(file, op, segs, file_off, blocker)?;
         let n = run_call(file, &bufs, op, pieces, cancel, reason)?;
-        let ctr = if op == Op::Read {
-            &st.read_bytes
-        } else {
-            &st.write_bytes
-        };
-        ctr.fetch_add(n as u64, Ordering::Relaxed);
+        count_moved(file, op, n as u64);
         return Ok(n);
     }
     let reqs = pack(segs, file_off, file.config.chunk_size);
@@ -1474,12 +1469,7 @@ fn vectored(
     let end = file_off + total;
     let n = eof.unwrap_or(end).min(end) - file_off;
     // plain() counted the bounce retries itself
-    let ctr = if op == Op::Read {
-        &st.read_bytes
-    } else {
-        &st.write_bytes
-    };
-    ctr.fetch_add(n.saturating_sub(redo_bytes), Ordering::Relaxed);
+    count_moved(file, op, n.saturating_sub(redo_bytes));
     Ok(n as usize)
 }
 
