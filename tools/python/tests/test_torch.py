@@ -4,6 +4,7 @@ import inspect
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -210,6 +211,74 @@ def test_read_write_on_stream_order_with_torch_work(tmpdir_ext4):
     assert bool((copy[:4096] == 0xA5).all()) and bool((copy[4096 + n :] == 0xA5).all())
     with open(dst, "rb") as fh:
         assert fh.read() == data
+
+
+def _cuda_current_context():
+    """The calling thread's current CUDA context (the driver's, not torch's): None for none."""
+    import ctypes
+
+    ctx = ctypes.c_void_p()
+    assert ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+    return ctx.value
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_io_leaves_the_callers_cuda_context_as_it_was(tmpdir_ext4):
+    # The library makes the memory's context current to register it, to copy and to wait, and
+    # the caller's again before it returns. A thread with no context (a new thread that has not
+    # called CUDA) still has none after registering, reading into and writing from GPU memory;
+    # the old code left the memory's context current there.
+    n = 1 << 20
+    data = os.urandom(n)
+    path = os.path.join(tmpdir_ext4, "ctx.bin")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    t = torch.zeros(n, dtype=torch.uint8, device="cuda:0")
+    torch.cuda.synchronize()
+    seen, errors = [], []
+
+    def worker():
+        try:
+            seen.append(_cuda_current_context())
+            buf = fgds.Buffer.from_cuda(t.data_ptr(), n, owner=t)
+            seen.append(_cuda_current_context())
+            with fgds.File(path, "r+") as f:
+                assert f.pread(buf) == n
+                seen.append(_cuda_current_context())
+                assert f.pwrite(buf, n, n) == n
+                seen.append(_cuda_current_context())
+            buf.close()
+            seen.append(_cuda_current_context())
+        except BaseException as e:  # noqa: BLE001 (reported below, in the test's thread)
+            errors.append(e)
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join()
+    assert not errors, errors
+    assert seen == [None] * 5, seen
+    assert torch.equal(t.cpu(), torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    with open(path, "rb") as fh:
+        assert fh.read() == data + data
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_io_on_cuda_1_leaves_current_device_0(tmpdir_ext4):
+    # Reading into cuda:1 with device 0 current: device 0 (its context) is current after.
+    n = 1 << 20
+    data = os.urandom(n)
+    path = os.path.join(tmpdir_ext4, "dev1.bin")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    torch.cuda.set_device(0)
+    t = torch.zeros(n, dtype=torch.uint8, device="cuda:1")
+    torch.cuda.synchronize(1)
+    ctx0 = _cuda_current_context()
+    with fgds.File(path, "r") as f:
+        assert f.pread(t) == n
+    assert torch.cuda.current_device() == 0
+    assert _cuda_current_context() == ctx0
+    assert torch.equal(t.cpu(), torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
 
 # A child: n stream-ordered writes of `chunk` bytes each, enqueued back to back on the legacy

@@ -353,7 +353,7 @@ impl Buffer {
                 align: a,
             });
         }
-        rt.make_current(mem)?;
+        let _cur = rt.make_current(mem)?;
         let fd = rt.export_dmabuf(start, end - start)?;
         let d = shared_device(dev.dev_path.clone())?;
         let m = FgdsMapping::new(d, fd.as_raw_fd(), 0, end - start)?;
@@ -457,11 +457,11 @@ impl Buffer {
         }
     }
 
-    /// Makes the context of GPU memory current on the calling thread (nothing for others).
-    pub(crate) fn make_current(&self) -> Result<()> {
+    /// What the runtime says about GPU memory (`None` for other memory).
+    pub(crate) fn device_memory(&self) -> Option<&DeviceMemory> {
         match &self.mem {
-            Memory::Gpu { rt, mem, .. } => rt.make_current(mem),
-            _ => Ok(()),
+            Memory::Gpu { mem, .. } => Some(mem),
+            _ => None,
         }
     }
 
@@ -490,7 +490,7 @@ impl Buffer {
         self.check_range("buffer", off as u64, src.len() as u64)?;
         match &self.mem {
             Memory::Gpu { dptr, rt, mem, .. } => {
-                rt.make_current(mem)?;
+                let _cur = rt.make_current(mem)?;
                 // SAFETY: range checked above; src is a valid slice.
                 unsafe { rt.htod(dptr + off as u64, src.as_ptr(), src.len()) }
             }
@@ -521,7 +521,7 @@ impl Buffer {
         self.check_range("buffer", off as u64, src.len() as u64)?;
         match &self.mem {
             Memory::Gpu { dptr, rt, mem, .. } => {
-                rt.make_current(mem)?;
+                let _cur = rt.make_current(mem)?;
                 // SAFETY: range checked above; the caller keeps src alive.
                 let s = unsafe { rt.htod_queue(dptr + off as u64, src.as_ptr(), src.len()) }?;
                 Ok(s.map(|stream| QueuedCopy {
@@ -539,7 +539,7 @@ impl Buffer {
         self.check_range("buffer", off as u64, dst.len() as u64)?;
         match &self.mem {
             Memory::Gpu { dptr, rt, mem, .. } => {
-                rt.make_current(mem)?;
+                let _cur = rt.make_current(mem)?;
                 // SAFETY: range checked above; dst is a valid slice.
                 unsafe { rt.dtoh(dst.as_mut_ptr(), dptr + off as u64, dst.len()) }
             }
@@ -565,7 +565,7 @@ impl Buffer {
     /// memory when the runtime can, page aligned otherwise).
     pub(crate) fn staging(&self, len: usize) -> Result<Staging> {
         if let Memory::Gpu { rt, mem, .. } = &self.mem {
-            rt.make_current(mem)?;
+            let _cur = rt.make_current(mem)?;
             if let Some(s) = pinned_cached(rt, len) {
                 return Ok(s);
             }
@@ -615,9 +615,10 @@ impl QueuedCopy {
     /// with `sleep`, sleeping rather than spinning
     /// ([`Runtime::copy_stream_sync`]).
     pub fn wait(&self, sleep: bool) -> Result<()> {
-        if self.ctx != 0 {
-            self.rt.set_context(self.ctx)?;
-        }
+        let _cur = match self.ctx {
+            0 => None,
+            ctx => Some(self.rt.enter_context(ctx)?),
+        };
         // SAFETY: the stream came from htod_queue on this thread, and its
         // context is current.
         unsafe { self.rt.copy_stream_sync(self.stream, sleep) }

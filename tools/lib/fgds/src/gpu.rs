@@ -25,6 +25,7 @@ type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_in
 type FnHostFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnSetCtx = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnSetDevice = unsafe extern "C" fn(c_int) -> c_int;
+type FnGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
 type FnMemFree = unsafe extern "C" fn(u64) -> c_int;
 type FnDevGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
@@ -127,7 +128,11 @@ pub struct Runtime {
     host_alloc: FnHostAlloc,
     host_free: FnHostFree,
     set_ctx: Option<FnSetCtx>,
+    /// `cuCtxGetCurrent` (CUDA): what [`Current`] restores.
+    get_ctx: Option<FnCtxGet>,
     set_device: Option<FnSetDevice>,
+    /// `hipGetDevice` (HIP): what [`Current`] restores.
+    get_device: Option<FnGetDevice>,
     bus_id: FnBusId,
     mem_alloc: Option<FnMemAlloc>,
     mem_free: Option<FnMemFree>,
@@ -194,7 +199,9 @@ impl Runtime {
                     host_alloc: sym(&lib, kind, "cuMemHostAlloc")?,
                     host_free: sym(&lib, kind, "cuMemFreeHost")?,
                     set_ctx: Some(sym(&lib, kind, "cuCtxSetCurrent")?),
+                    get_ctx: Some(sym(&lib, kind, "cuCtxGetCurrent")?),
                     set_device: None,
+                    get_device: None,
                     bus_id: sym(&lib, kind, "cuDeviceGetPCIBusId")?,
                     mem_alloc: sym(&lib, kind, "cuMemAlloc_v2").ok(),
                     dev_get: sym(&lib, kind, "cuDeviceGet").ok(),
@@ -220,7 +227,9 @@ impl Runtime {
                     host_alloc: sym(&lib, kind, "hipHostMalloc")?,
                     host_free: sym(&lib, kind, "hipHostFree")?,
                     set_ctx: None,
+                    get_ctx: None,
                     set_device: Some(sym(&lib, kind, "hipSetDevice")?),
+                    get_device: Some(sym(&lib, kind, "hipGetDevice")?),
                     bus_id: sym(&lib, kind, "hipDeviceGetPCIBusId")?,
                     mem_alloc: sym(&lib, kind, "hipMalloc").ok(),
                     dev_get: None,
@@ -282,7 +291,9 @@ impl Runtime {
             // CUDA_ERROR_INVALID_CONTEXT: a thread with no current context
             // (a caller's worker thread). Make the pointer's own context
             // current (the driver names it without one), else its device's
-            // primary context, and ask again.
+            // primary context, and ask again; the thread has no current
+            // context again when this returns.
+            let saved = self.save_current()?;
             if let Some(attr) = self.ptr_attr {
                 let mut ctx: *mut c_void = std::ptr::null_mut();
                 let mut ordinal: c_int = -1;
@@ -315,6 +326,7 @@ impl Runtime {
                     r = unsafe { (self.addr_range)(&mut base, &mut size, dptr) };
                 }
             }
+            drop(saved);
         }
         self.check("MemGetAddressRange", r)?;
         let mut ordinal: c_int = 0;
@@ -360,19 +372,77 @@ impl Runtime {
         })
     }
 
-    /// Makes the memory's context/device current on the calling thread.
-    pub fn make_current(&self, mem: &DeviceMemory) -> Result<()> {
-        if let Some(f) = self.set_ctx {
-            if mem.ctx != 0 {
-                // SAFETY: ctx came from the driver for this allocation.
-                self.check("CtxSetCurrent", unsafe { f(mem.ctx as *mut c_void) })?;
+    /// What is current on the calling thread now (CUDA: the context, HIP:
+    /// the device), made current again when the returned guard drops.
+    fn save_current(&self) -> Result<Current<'_>> {
+        let prev = if let Some(get) = self.get_ctx {
+            let mut ctx: *mut c_void = std::ptr::null_mut();
+            // SAFETY: ctx is a valid out pointer.
+            self.check("CtxGetCurrent", unsafe { get(&mut ctx) })?;
+            Some(Saved::Context(ctx as usize))
+        } else if let Some(get) = self.get_device {
+            let mut dev: c_int = 0;
+            // SAFETY: dev is a valid out pointer.
+            self.check("GetDevice", unsafe { get(&mut dev) })?;
+            Some(Saved::Device(dev))
+        } else {
+            None
+        };
+        Ok(Current {
+            rt: self,
+            prev,
+            _thread: std::marker::PhantomData,
+        })
+    }
+
+    /// Makes the memory's context (CUDA) or device (HIP) current on the
+    /// calling thread until the returned guard drops, which makes the
+    /// caller's own current again (`torch.cuda.current_device()` is as it
+    /// was). Nothing is switched when it is current already.
+    pub fn make_current(&self, mem: &DeviceMemory) -> Result<Current<'_>> {
+        match self.kind {
+            Kind::Cuda if mem.ctx == 0 => Ok(Current {
+                rt: self,
+                prev: None,
+                _thread: std::marker::PhantomData,
+            }),
+            Kind::Cuda => self.enter_context(mem.ctx),
+            Kind::Hip => {
+                let mut cur = self.save_current()?;
+                if cur.prev == Some(Saved::Device(mem.ordinal)) {
+                    cur.prev = None;
+                    return Ok(cur);
+                }
+                if let Some(f) = self.set_device {
+                    // SAFETY: plain value argument.
+                    if let Err(e) = self.check("SetDevice", unsafe { f(mem.ordinal) }) {
+                        cur.prev = None; // nothing was switched
+                        return Err(e);
+                    }
+                }
+                Ok(cur)
             }
         }
-        if let Some(f) = self.set_device {
-            // SAFETY: plain value argument.
-            self.check("SetDevice", unsafe { f(mem.ordinal) })?;
+    }
+
+    /// Makes CUDA context `ctx` (from [`Runtime::current_context`] or
+    /// [`DeviceMemory::ctx`]) current on the calling thread until the
+    /// returned guard drops, as [`Runtime::make_current`].
+    pub fn enter_context(&self, ctx: usize) -> Result<Current<'_>> {
+        let Some(set) = self.set_ctx else {
+            return Err(unavailable(self.kind, "no CtxSetCurrent"));
+        };
+        let mut cur = self.save_current()?;
+        if cur.prev == Some(Saved::Context(ctx)) {
+            cur.prev = None;
+            return Ok(cur);
         }
-        Ok(())
+        // SAFETY: ctx came from the driver.
+        if let Err(e) = self.check("CtxSetCurrent", unsafe { set(ctx as *mut c_void) }) {
+            cur.prev = None; // nothing was switched
+            return Err(e);
+        }
+        Ok(cur)
     }
 
     /// Exports `[dptr, dptr+size)` as a dma-buf fd (owned by the caller).
@@ -570,7 +640,8 @@ impl Runtime {
         Ok(ctx as usize)
     }
 
-    /// Makes `ctx` (from [`Runtime::current_context`]) current on the calling thread.
+    /// Makes `ctx` (from [`Runtime::current_context`]) current on the calling thread, and
+    /// leaves it so ([`Runtime::enter_context`] restores the caller's).
     pub fn set_context(&self, ctx: usize) -> Result<()> {
         let f = self
             .set_ctx
@@ -672,7 +743,8 @@ impl Runtime {
         Ok(p)
     }
 
-    /// Makes device `ordinal` current on this thread (CUDA: its primary context).
+    /// Makes device `ordinal` current on this thread (CUDA: its primary context), and leaves it
+    /// so: for a program that allocates, as `cudaSetDevice`.
     pub fn use_device(&self, ordinal: i32) -> Result<()> {
         if let Some(f) = self.set_device {
             // SAFETY: plain value argument.
@@ -715,6 +787,57 @@ impl Runtime {
     /// `p` must come from [`Runtime::host_alloc`].
     pub unsafe fn host_free(&self, p: *mut u8) {
         (self.host_free)(p as *mut c_void);
+    }
+}
+
+/// What [`Current`] makes current again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Saved {
+    /// A CUDA context (0: none).
+    Context(usize),
+    /// A HIP device.
+    Device(c_int),
+}
+
+/// The calling thread's CUDA context or HIP device as it was before a
+/// call of the library switched it ([`Runtime::make_current`],
+/// [`Runtime::enter_context`]): made current again on drop, on error
+/// paths too. Dropped on the thread it was made on.
+#[must_use = "dropping it makes the caller's context current again at once"]
+pub struct Current<'a> {
+    rt: &'a Runtime,
+    /// What to make current again; `None`: nothing was switched.
+    prev: Option<Saved>,
+    /// Not `Send`: a thread's current context is the thread's.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Current<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Current").field("prev", &self.prev).finish()
+    }
+}
+
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        // A failure here cannot be reported; the driver fails these only
+        // for a context that was destroyed meanwhile, which is no longer
+        // the caller's to have current.
+        match self.prev {
+            Some(Saved::Context(ctx)) => {
+                if let Some(set) = self.rt.set_ctx {
+                    // SAFETY: ctx was current on this thread (null: none).
+                    unsafe { set(ctx as *mut c_void) };
+                }
+            }
+            Some(Saved::Device(dev)) => {
+                if let Some(set) = self.rt.set_device {
+                    // SAFETY: plain value argument.
+                    unsafe { set(dev) };
+                }
+            }
+            None => {}
+        }
     }
 }
 
@@ -793,4 +916,171 @@ pub fn cuda_dmabuf_support() -> Result<Vec<(String, Option<bool>)>> {
         out.push((pci, ok.then_some(v != 0)));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`Current`] against a stand-in of the driver: entry points that keep
+    //! the thread's current context and device in thread-locals, as the
+    //! driver keeps them per thread.
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CTX: Cell<usize> = const { Cell::new(0) };
+        static DEV: Cell<c_int> = const { Cell::new(0) };
+    }
+    /// A context `cuCtxSetCurrent` refuses (as a destroyed one).
+    const BAD_CTX: usize = 0xbad0;
+    /// The context and device the stand-in's allocations belong to.
+    const MEM_CTX: usize = 0x1000;
+    const MEM_DEV: c_int = 1;
+
+    unsafe extern "C" fn get_ctx(out: *mut *mut c_void) -> c_int {
+        *out = CTX.with(Cell::get) as *mut c_void;
+        0
+    }
+    unsafe extern "C" fn set_ctx(ctx: *mut c_void) -> c_int {
+        if ctx as usize == BAD_CTX {
+            return 201;
+        }
+        CTX.with(|c| c.set(ctx as usize));
+        0
+    }
+    unsafe extern "C" fn get_dev(out: *mut c_int) -> c_int {
+        *out = DEV.with(Cell::get);
+        0
+    }
+    unsafe extern "C" fn set_dev(dev: c_int) -> c_int {
+        if dev < 0 {
+            return 101;
+        }
+        DEV.with(|d| d.set(dev));
+        0
+    }
+    /// `cuMemGetAddressRange`: CUDA_ERROR_INVALID_CONTEXT without a current context.
+    unsafe extern "C" fn addr_range(base: *mut u64, size: *mut usize, dptr: u64) -> c_int {
+        if CTX.with(Cell::get) == 0 {
+            return 201;
+        }
+        *base = dptr;
+        *size = 1 << 20;
+        0
+    }
+    unsafe extern "C" fn ptr_attr(out: *mut c_void, attr: c_int, _dptr: u64) -> c_int {
+        match attr {
+            POINTER_ATTRIBUTE_CONTEXT => *(out as *mut *mut c_void) = MEM_CTX as *mut c_void,
+            POINTER_ATTRIBUTE_DEVICE_ORDINAL => *(out as *mut c_int) = MEM_DEV,
+            _ => return 1,
+        }
+        0
+    }
+    unsafe extern "C" fn bus_id(_: *mut c_char, _: c_int, _: c_int) -> c_int {
+        1
+    }
+    unsafe extern "C" fn htod(_: u64, _: *const c_void, _: usize) -> c_int {
+        1
+    }
+    unsafe extern "C" fn dtoh(_: *mut c_void, _: u64, _: usize) -> c_int {
+        1
+    }
+    unsafe extern "C" fn host_alloc(_: *mut *mut c_void, _: usize, _: c_uint) -> c_int {
+        1
+    }
+    unsafe extern "C" fn host_free(_: *mut c_void) -> c_int {
+        1
+    }
+
+    fn runtime(kind: Kind) -> Runtime {
+        let cuda = kind == Kind::Cuda;
+        Runtime {
+            kind,
+            _lib: libloading::os::unix::Library::this().into(),
+            ptr_attr: Some(ptr_attr),
+            addr_range,
+            handle: None,
+            htod,
+            dtoh,
+            host_alloc,
+            host_free,
+            set_ctx: cuda.then_some(set_ctx as FnSetCtx),
+            get_ctx: cuda.then_some(get_ctx as FnCtxGet),
+            set_device: (!cuda).then_some(set_dev as FnSetDevice),
+            get_device: (!cuda).then_some(get_dev as FnGetDevice),
+            bus_id,
+            mem_alloc: None,
+            mem_free: None,
+            dev_get: None,
+            primary: None,
+            stream: None,
+        }
+    }
+
+    fn mem(ctx: usize, ordinal: c_int) -> DeviceMemory {
+        DeviceMemory {
+            base: 0x7000_0000,
+            size: 1 << 20,
+            ordinal,
+            ctx,
+            pci_address: None,
+        }
+    }
+
+    #[test]
+    fn cuda_context_is_the_callers_again_after_a_switch() {
+        let rt = runtime(Kind::Cuda);
+        for before in [0x2000, 0] {
+            CTX.with(|c| c.set(before));
+            {
+                let _cur = rt.make_current(&mem(MEM_CTX, MEM_DEV)).expect("switch");
+                assert_eq!(CTX.with(Cell::get), MEM_CTX, "switched");
+            }
+            assert_eq!(CTX.with(Cell::get), before, "restored");
+            {
+                let _cur = rt.enter_context(MEM_CTX).expect("switch");
+                assert_eq!(CTX.with(Cell::get), MEM_CTX);
+            }
+            assert_eq!(CTX.with(Cell::get), before);
+        }
+    }
+
+    #[test]
+    fn cuda_context_stays_when_the_switch_fails() {
+        let rt = runtime(Kind::Cuda);
+        CTX.with(|c| c.set(0x2000));
+        assert!(rt.make_current(&mem(BAD_CTX, MEM_DEV)).is_err());
+        assert_eq!(CTX.with(Cell::get), 0x2000);
+        // an error inside the switched section: the caller's context again
+        let inner = || -> Result<()> {
+            let _cur = rt.make_current(&mem(MEM_CTX, MEM_DEV))?;
+            assert_eq!(CTX.with(Cell::get), MEM_CTX);
+            Err(Error::Timeout)
+        };
+        assert!(inner().is_err());
+        assert_eq!(CTX.with(Cell::get), 0x2000);
+    }
+
+    #[test]
+    fn describe_leaves_a_thread_without_a_context_without_one() {
+        // A worker thread with no current context: describe makes the
+        // pointer's own context current to ask, then none again.
+        let rt = runtime(Kind::Cuda);
+        CTX.with(|c| c.set(0));
+        let m = rt.describe(0x7000_1000).expect("describe");
+        assert_eq!((m.base, m.ctx, m.ordinal), (0x7000_1000, MEM_CTX, MEM_DEV));
+        assert_eq!(CTX.with(Cell::get), 0, "no context current again");
+    }
+
+    #[test]
+    fn hip_device_is_the_callers_again_after_a_switch() {
+        let rt = runtime(Kind::Hip);
+        DEV.with(|d| d.set(0));
+        {
+            let _cur = rt.make_current(&mem(0, MEM_DEV)).expect("switch");
+            assert_eq!(DEV.with(Cell::get), MEM_DEV, "switched");
+        }
+        assert_eq!(DEV.with(Cell::get), 0, "restored");
+        assert!(rt.make_current(&mem(0, -1)).is_err());
+        assert_eq!(DEV.with(Cell::get), 0, "unchanged by a failed switch");
+    }
 }

@@ -152,7 +152,7 @@ impl Gate {
     fn open(&self, rt: &Runtime) -> Result<()> {
         // The result and the I/O's own writes are visible before the stream goes on: the
         // write below is a runtime call made after them, and waited for.
-        rt.set_context(self.ctx)?;
+        let _cur = rt.enter_context(self.ctx)?;
         rt.fill32_sync(self.dptr, self.value)
     }
 }
@@ -370,7 +370,9 @@ unsafe fn enqueue(
             reason: "stream-ordered I/O is implemented for CUDA streams only".into(),
         });
     }
-    buffer.make_current()?;
+    // The buffer's context is current while the request is enqueued, the caller's again after.
+    let mem = buffer.device_memory().cloned();
+    let _cur = mem.as_ref().map(|m| rt.make_current(m)).transpose()?;
     // The I/O threads run before anything is enqueued: `reached` only hands over.
     crate::pool::start_pool()?;
     // Room on the stream first (this may wait for earlier requests to pass), so that nothing
