@@ -1,6 +1,11 @@
 //! Python bindings of libfgds (`fgds._fgds`).
 //!
-//! Everything that moves bytes releases the GIL (`py.allow_threads`).
+//! Everything that moves bytes, registers or unregisters memory releases
+//! the GIL (`py.allow_threads`), touching no Python object meanwhile: the
+//! released sections hold only Rust values (pointers as integers, `Arc`s of
+//! the library's buffers and files), so that other Python threads (the
+//! worker threads of `fgds.lmcache`, say) run while a thread waits for the
+//! kernel or the GPU.
 //! Errors of the library are raised as `fgds.FgdsError`, a subclass of
 //! `OSError` carrying `errno` and a message that says what to do.
 
@@ -190,7 +195,11 @@ impl Buffer {
                 "cannot register an empty device array",
             ));
         }
-        let b = RBuffer::from_cuda(ptr, size as u64).map_err(to_py)?;
+        // Registration (export, REG_BUFFER, mmap) without the GIL.
+        let b = obj
+            .py()
+            .allow_threads(|| RBuffer::from_cuda(ptr, size as u64))
+            .map_err(to_py)?;
         Ok(Buffer::new(b, ro, None, Some(obj.clone().unbind())))
     }
 
@@ -248,9 +257,11 @@ impl Buffer {
         let owner = PyTuple::new(obj.py(), [obj.clone(), cap.clone()])?
             .into_any()
             .unbind();
+        // GPU memory is registered (export, REG_BUFFER, mmap) without the GIL.
+        let py = obj.py();
         let b = match t.device.device_type {
-            DL_CUDA => RBuffer::from_cuda(ptr, size as u64),
-            DL_ROCM => RBuffer::from_hip(ptr, size as u64),
+            DL_CUDA => py.allow_threads(|| RBuffer::from_cuda(ptr, size as u64)),
+            DL_ROCM => py.allow_threads(|| RBuffer::from_hip(ptr, size as u64)),
             DL_CPU | DL_CUDA_HOST | DL_ROCM_HOST => {
                 // SAFETY: the capsule (owner) keeps the tensor alive.
                 unsafe { RBuffer::from_host_ptr(ptr as *mut u8, size) }
@@ -263,6 +274,30 @@ impl Buffer {
         }
         .map_err(to_py)?;
         Ok(Buffer::new(b, false, None, Some(owner)))
+    }
+}
+
+/// Lets go of a reference to a library buffer; when it holds a registration
+/// (`is_p2p`: an fgds mapping, which the last reference unmaps and
+/// unregisters, milliseconds), without the GIL.
+fn release(py: Python<'_>, b: Arc<RBuffer>) {
+    if b.is_p2p() {
+        py.allow_threads(move || drop(b));
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // The fgds buffer goes first, without the GIL where it unregisters; the memory it
+        // refers to (view, owner) after, with the GIL (the fields' own drops).
+        let inner = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(b) = inner {
+            Python::with_gil(|py| release(py, b));
+        }
     }
 }
 
@@ -493,8 +528,11 @@ impl Buffer {
                 return Err(os_err(libc::EBUSY, "buffer has I/O in flight"));
             }
         }
-        g.take();
+        let taken = g.take();
         drop(g);
+        if let Some(b) = taken {
+            release(py, b);
+        }
         self.view.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
         Ok(())
@@ -526,8 +564,10 @@ impl Buffer {
 
 /// A Buffer (given, or wrapped around an arbitrary object) plus the fgds buffer.
 struct Held {
-    py_buf: Py<Buffer>,
+    // Dropped before `py_buf`: a Buffer made for the call then holds the last reference to
+    // the fgds buffer and lets it go without the GIL (Buffer's Drop).
     buf: Arc<RBuffer>,
+    py_buf: Py<Buffer>,
 }
 
 fn hold(obj: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Held> {
@@ -1375,7 +1415,8 @@ impl Batch {
             entries.push((id, (cookie, held, file)));
         }
         let b = self.get_mut()?;
-        b.submit(&params).map_err(to_py)?;
+        // Without the GIL: the ring's submission is I/O.
+        py.allow_threads(|| b.submit(&params)).map_err(to_py)?;
         self.next += params.len() as u64;
         self.pending.extend(entries);
         Ok(())
@@ -1384,7 +1425,7 @@ impl Batch {
     /// Reaps finished requests without blocking.
     fn poll(&mut self, py: Python<'_>) -> PyResult<Vec<(PyObject, &'static str, i64)>> {
         let b = self.get_mut()?;
-        let ev = b.poll();
+        let ev = py.allow_threads(|| b.poll());
         Ok(self.events(py, ev))
     }
 
