@@ -24,6 +24,13 @@
  *   the buffer's, which get_phys() says. Without DYNAMIC: a static exporter,
  *   virtio_gpu_dmabuf_ops (VRAM blobs) and the NVIDIA open module's
  *   nv-dmabuf.c, or vfio-pci.
+ * - After an invalidation that is not part of a map or pin (a revoke, an
+ *   eviction, a suspend), the exporter waits with the reservation lock held
+ *   for every fence in the reservation object, bookkeeping ones included, as
+ *   vfio_pci_dma_buf_move() and TTM (ttm_bo_evict() -> ttm_bo_wait_ctx())
+ *   do: an importer whose DMA is still in flight fences it off there, and
+ *   the memory is free when those fences retire. The state ioctl reports the
+ *   longest invalidation (the importers' callbacks) and the longest wait.
  * - MOVE_ON_MAP: the buffer starts out of a peer's reach (amdgpu: invisible
  *   VRAM or GTT; xe: system memory), so the first map or pin moves it.
  * - PIN_SYSTEM: xe_dma_buf_pin(), which migrates the buffer to system memory
@@ -137,6 +144,8 @@ struct test_buf {
 	atomic64_t pins;
 	atomic64_t maps_total;
 	atomic64_t fences;
+	atomic64_t invalidate_ns;	/* the longest dma_buf_invalidate_mappings() */
+	atomic64_t fence_wait_ns;	/* the longest test_wait_importers() */
 	wait_queue_head_t unmapped;
 };
 
@@ -238,9 +247,47 @@ static void test_detach(struct dma_buf *dmabuf,
 	atomic64_dec(&buf->attachments);
 }
 
+static void test_record_max(atomic64_t *max, ktime_t since)
+{
+	s64 ns = ktime_to_ns(ktime_sub(ktime_get(), since));
+	s64 old = atomic64_read(max);
+
+	while (ns > old && !atomic64_try_cmpxchg(max, &old, ns))
+		;
+}
+
+/* Tells the importers; the time their callbacks took is recorded. */
+static void test_invalidate_importers(struct test_buf *buf)
+{
+	ktime_t t0 = ktime_get();
+
+	dma_buf_invalidate_mappings(buf->dmabuf);
+	test_record_max(&buf->invalidate_ns, t0);
+}
+
+/*
+ * Waits, after an invalidation, until the importers' access to the memory
+ * ended: the fences they added for DMA still in flight retired. Only then is
+ * the memory free. With the reservation lock held, as vfio_pci_dma_buf_move()
+ * and TTM's eviction (ttm_bo_evict() -> ttm_bo_wait_ctx(), or a copy that
+ * depends on every fence) do.
+ */
+static void test_wait_importers(struct test_buf *buf)
+{
+	ktime_t t0 = ktime_get();
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+	dma_resv_wait_timeout(buf->dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false,
+			      MAX_SCHEDULE_TIMEOUT);
+	test_record_max(&buf->fence_wait_ns, t0);
+}
+
 /*
  * A move of @buf to @to, importers told first (amdgpu_bo_move_notify() and
  * xe_bo_move_notify() call dma_buf_invalidate_mappings() for exported BOs).
+ * The memory it leaves is free once the importers' fences retired: a move
+ * that an importer's map or pin makes finds none (nothing was mapped), an
+ * eviction waits for them.
  */
 static void test_move_locked(struct test_buf *buf, u32 to)
 {
@@ -249,8 +296,9 @@ static void test_move_locked(struct test_buf *buf, u32 to)
 	if (buf->placement == to)
 		return;
 	atomic64_inc(&buf->moves);
-	dma_buf_invalidate_mappings(buf->dmabuf);
+	test_invalidate_importers(buf);
 	buf->placement = to;
+	test_wait_importers(buf);
 }
 
 /* amdgpu_dma_buf_pin(), or xe_dma_buf_pin() with PIN_SYSTEM. */
@@ -501,13 +549,18 @@ static long test_export(struct test_dev *tdev, void __user *uarg)
 	return 0;
 }
 
-/* Invalidates every mapping of @buf, for good if @revoke. */
-static void test_invalidate(struct test_buf *buf, bool revoke)
+/*
+ * Invalidates every mapping of @buf, for good if @revoke, and, if @wait,
+ * returns once the importers' access ended (vfio_pci_dma_buf_move()).
+ */
+static void test_invalidate(struct test_buf *buf, bool revoke, bool wait)
 {
 	dma_resv_lock(buf->dmabuf->resv, NULL);
 	if (revoke)
 		buf->revoked = true;
-	dma_buf_invalidate_mappings(buf->dmabuf);
+	test_invalidate_importers(buf);
+	if (wait)
+		test_wait_importers(buf);
 	dma_resv_unlock(buf->dmabuf->resv);
 }
 
@@ -532,7 +585,7 @@ static long test_with_buf(void __user *uarg, long (*fn)(struct test_buf *, void 
 
 static long test_revoke(struct test_buf *buf, void __user *uarg)
 {
-	test_invalidate(buf, true);
+	test_invalidate(buf, true, true);
 	return 0;
 }
 
@@ -594,6 +647,8 @@ static long test_state(struct test_buf *buf, void __user *uarg)
 		.fences = atomic64_read(&buf->fences),
 		.moves = atomic64_read(&buf->moves),
 		.placement = READ_ONCE(buf->placement),
+		.invalidate_ns = atomic64_read(&buf->invalidate_ns),
+		.fence_wait_ns = atomic64_read(&buf->fence_wait_ns),
 	};
 
 	if (get_user(st.fd, (s32 __user *)uarg))
@@ -727,6 +782,9 @@ EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_export);
  * @dmabuf: one of this exporter's
  * @revoke: for good (later maps fail with -ENODEV), or a move
  *
+ * Returns without waiting for the fences the importers added: the caller
+ * sees them in the reservation object.
+ *
  * Return: 0, or -EINVAL when @dmabuf is not ours or a static one is moved.
  */
 int test_p2p_dmabuf_kunit_invalidate(struct dma_buf *dmabuf, bool revoke)
@@ -736,7 +794,7 @@ int test_p2p_dmabuf_kunit_invalidate(struct dma_buf *dmabuf, bool revoke)
 	if (!test_is_ours(dmabuf) ||
 	    (!revoke && !(buf->flags & TEST_P2P_DMABUF_DYNAMIC)))
 		return -EINVAL;
-	test_invalidate(buf, revoke);
+	test_invalidate(buf, revoke, false);
 	return 0;
 }
 EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_invalidate);
@@ -839,7 +897,7 @@ static void test_remove(struct pci_dev *pdev)
 		 * then waits for test_lock and finds it unlisted.
 		 */
 		if (file && revoke_at_remove) {
-			test_invalidate(buf, true);
+			test_invalidate(buf, true, true);
 			wait_event(buf->unmapped, !atomic64_read(&buf->maps));
 		}
 		dma_resv_lock(buf->dmabuf->resv, NULL);

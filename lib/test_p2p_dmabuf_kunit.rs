@@ -22,6 +22,7 @@ use kernel::{
     dma_buf::{
         DmaBuf,
         DynamicAttachment,
+        Fence,
         Importer,
         Invalidation,
         ResvUsage, //
@@ -221,6 +222,33 @@ impl Importer for Counting {
     }
 }
 
+/// An importer whose DMA outlives the callback: it fences it off and unmaps.
+struct Fencing {
+    fence: ARef<Fence>,
+    added: AtomicUsize,
+}
+
+impl Importer for Fencing {
+    fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
+        if attach.add_fence(&self.fence, ResvUsage::Bookkeep).is_ok() {
+            self.added.fetch_add(1, Ordering::Relaxed);
+        }
+        attach.unmap();
+    }
+}
+
+/// Whether every fence of `buf` has signalled, bookkeeping ones included.
+fn all_fences_signalled(buf: &DmaBuf) -> bool {
+    // SAFETY: `buf` is valid while borrowed and so is its `resv`; testing the fences needs no
+    // lock (it walks them under RCU).
+    unsafe {
+        bindings::dma_resv_test_signaled(
+            (*buf.as_raw()).resv,
+            bindings::dma_resv_usage_DMA_RESV_USAGE_BOOKKEEP,
+        )
+    }
+}
+
 /// A page owner that records which pages were freed, and how often.
 struct Freed {
     count: AtomicUsize,
@@ -360,6 +388,40 @@ mod tests {
                 == Some(ENODEV)
         );
         check!(state(&buf)? == (0, 0, 0));
+        Ok(())
+    }
+
+    /// A revocation with the importer's DMA still in flight: its callback fences it off (a
+    /// bookkeeping fence, which the exporter waits for before it reuses the memory, and which
+    /// implicit synchronisation ignores) and returns; the fence retires when signalled.
+    #[test]
+    fn revocation_fenced_by_importer() -> Result {
+        let exp = Exporter::get()?;
+        let buf = exp.export(44 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
+        let importer = Arc::new(
+            Fencing {
+                fence: Fence::new(GFP_KERNEL)?,
+                added: AtomicUsize::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::FromDevice,
+        )?;
+        attach.lock().map()?;
+        check!(all_fences_signalled(&buf));
+        invalidate(&buf, true)?;
+        check!(importer.added.load(Ordering::Relaxed) == 1);
+        check!(!attach.lock().is_mapped());
+        // The exporter would wait for it now; readers and writers do not.
+        check!(!all_fences_signalled(&buf));
+        check!(kernel_fences_signalled(&buf));
+        attach.lock().wait_fences(ResvUsage::Read)?;
+        importer.fence.signal();
+        check!(all_fences_signalled(&buf));
         Ok(())
     }
 

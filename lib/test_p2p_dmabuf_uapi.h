@@ -68,6 +68,10 @@ struct test_p2p_dmabuf_state {
 	__u64 moves;		/* out: moves (invalidations) so far */
 	__u32 placement;	/* out: TEST_P2P_DMABUF_IN_BAR, ... */
 	__u32 pad;
+	/* out: the longest dma_buf_invalidate_mappings() call: the importers' callbacks */
+	__u64 invalidate_ns;
+	/* out: the longest wait after one for the importers' fences (DMA still in flight) */
+	__u64 fence_wait_ns;
 };
 
 #define TEST_P2P_DMABUF_IOCTL_EXPORT	_IOWR('P', 0x00, struct test_p2p_dmabuf_export)

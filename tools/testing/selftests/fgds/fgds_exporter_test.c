@@ -209,7 +209,7 @@ TEST(bind_test_exporter)
  */
 #define KUNIT_MOD "test_p2p_dmabuf_kunit"
 #define KUNIT_SUITE "rust_dma_buf_p2pdma"
-#define KUNIT_CASES 8
+#define KUNIT_CASES 9
 
 TEST(kunit_dma_buf_and_p2p_pages)
 {
