@@ -16,14 +16,24 @@
 //! - A registration takes every page of its buffer from the chunk's [`P2pPages`] as a
 //!   [`P2pPage`], which holds the page's first reference (the "base" reference); mappings
 //!   (`vm_insert_page()`) and O_DIRECT/io_uring pins (GUP) take their own. When a page's last
-//!   reference goes, the registration's [`Drain`] is told (from any context).
-//! - Tearing a registration down (UNREG, close, the exporter's invalidation, or the owner's
-//!   unbinding, which removes the offer's auxiliary device) marks it dead (new faults get
-//!   `SIGBUS`, new I/O `EFAULT`), zaps every user mapping of it, drops the base references and
-//!   waits until the [`Drain`] saw every page freed: that is, until in-flight DMA has completed.
-//!   Only then is the dma-buf attachment unmapped, so the exporter's revoke completes after the
-//!   last DMA into the memory. Concurrent teardowns of one registration are serialised
-//!   ([`Buffer::attach`]): none returns before the drain.
+//!   reference goes, the registration's [`Drain`] is told (from any context); with the last, the
+//!   drain completes and signals its fence.
+//! - Ending a registration ([`Buffer::cut`]) marks it dead (new faults get `SIGBUS`, new I/O
+//!   `EFAULT`), zaps every user mapping of it and drops the base references: no new access, and
+//!   in-flight DMA holds the only references left, each dropped when its I/O completes.
+//! - UNREG, close and the owner's unbinding (which removes the offer's auxiliary device) cut the
+//!   registration, wait for the drain with no lock of the exporter's held (the buffer is still
+//!   pinned and mapped meanwhile), then unmap, unpin and detach, and give the struct pages back.
+//!   Concurrent ones of one registration are serialised ([`Buffer::attach`]): none returns
+//!   before the drain.
+//! - The exporter's invalidation (a revocation, or the move of a buffer that is not pinned) is
+//!   handled in bounded time, whatever the duration of the I/O in flight: the callback cuts the
+//!   registration, adds the drain's fence to the buffer's reservation object (bookkeeping usage)
+//!   and unmaps. The exporter waits for that fence before it reuses the memory (the dma-buf
+//!   rules: until an importer's fences retire it may still access the memory; vfio-pci and TTM,
+//!   under amdgpu and xe, wait for bookkeeping fences before they revoke, move or free), so no
+//!   DMA lands in memory the exporter was told is free. The struct pages stay until UNREG,
+//!   close or the unbinding.
 //! - REG_BUFFER pins the dma-buf, then maps it: pinned, it stays where its pages say it is, and
 //!   the exporter invalidates it only to revoke it. An exporter may move the buffer while it
 //!   pins or maps it; that invalidation finds nothing mapped and ends nothing. A buffer the
@@ -40,18 +50,19 @@
 //!
 //! - device lock of the auxiliary device (`unbind()`) -> [`Buffer::attach`]
 //! - mmap lock -> [`Buffer::state`] (faults)
-//! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`]
-//! - dma-buf reservation lock -> [`Gpu::state`] -> memory hotplug lock (a chunk's struct pages
-//!   are created and removed with [`Gpu::state`] held)
+//! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`] (no wait for DMA
+//!   under either: the drain is waited for with only [`Buffer::attach`] held)
+//! - [`Gpu::state`] -> memory hotplug lock (a chunk's struct pages are created and removed with
+//!   [`Gpu::state`] held, never with the reservation lock: exporters take it inside the mmap
+//!   lock, which the kernel's page-table dump takes inside the memory hotplug lock)
 //! - [`Buffer::state`] is never held while [`Gpu::state`] is taken: the mmap lock is held
 //!   around it (faults, mmap), and [`Gpu::state`] is held around the memory hotplug lock.
 //! - [`FgdsFile::buffers`] is never held across any of the above.
 //!
-//! The teardown blocks, with the reservation lock held, until in-flight DMA into the buffer
-//! has completed. That wait is bounded by the storage's request timeouts (a block request that
-//! never completes is timed out and its pages released by the block layer), and it is what the
-//! dma-buf contract asks of an importer: the exporter may reuse the memory as soon as the
-//! invalidation returns. See `Documentation/misc-devices/fgds.rst`.
+//! Nothing waits for user I/O under the exporter's locks: I/O can be held for as long as its
+//! issuer likes (cgroup throttling, IOPOLL rings, multipath requeueing), so the exporter is
+//! handed a fence instead. Only when no memory is left for the fence's slot does the callback
+//! wait for the drain itself. See `Documentation/misc-devices/fgds.rst`.
 
 use core::sync::atomic::{
     AtomicUsize,
@@ -64,6 +75,7 @@ use kernel::{
     dma_buf::{
         DmaBuf,
         DynamicAttachment,
+        Fence,
         Importer,
         Invalidation,
         Locked,
@@ -217,36 +229,54 @@ impl Chunk {
 }
 
 /// Counts a registration's pages still in use, plus one while the registration lives;
-/// completes when the count reaches zero.
+/// completes, and signals its fence, when the count reaches zero.
 ///
-/// The extra count (the bias) is dropped by the teardown after it dropped the base references,
-/// so the count reaches zero exactly once, after the last page was freed, and the teardown can
-/// wait without looking at the count. Each page handed out holds an [`Arc`] of the drain until
-/// its last-reference notification returned, so the drain outlives the completion's wake-up.
+/// The extra count (the bias) is dropped by whoever marks the registration dead, after the base
+/// references went ([`Buffer::cut`], or a failed [`Buffer::claim`]), so the count reaches zero
+/// exactly once, after the last page was freed, and waiters need not look at the count. Each
+/// page handed out holds an [`Arc`] of the drain until its last-reference notification
+/// returned, so the drain outlives the completion's wake-up.
 #[pin_data]
 struct Drain {
     live: AtomicUsize,
     #[pin]
     done: Completion,
+    /// Signalled when the count reaches zero: what the exporter waits for before it reuses the
+    /// memory of a registration it invalidated with DMA in flight. Made at REG_BUFFER, so that
+    /// the exporter's callback allocates nothing but the fence's slot.
+    fence: ARef<Fence>,
 }
 
 impl Drain {
-    fn new() -> impl PinInit<Self> {
-        pin_init!(Drain {
+    fn new() -> Result<impl PinInit<Self>> {
+        let fence = Fence::new(GFP_KERNEL_ACCOUNT)?;
+        Ok(pin_init!(Drain {
             live: AtomicUsize::new(1),
             done <- Completion::new(),
-        })
+            fence,
+        }))
     }
 
     fn page_freed(&self) {
         if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.fence.signal();
             self.done.complete_all();
         }
     }
 
-    /// Drops the bias and waits until every page counted was freed.
-    fn wait(&self) {
+    /// Drops the bias: the drain completes when the pages counted are freed.
+    fn end_bias(&self) {
         self.page_freed();
+    }
+
+    /// Whether every page counted was freed, the bias gone.
+    fn is_done(&self) -> bool {
+        self.fence.is_signaled()
+    }
+
+    /// Waits until every page counted was freed, the bias gone. Uninterruptible: called only
+    /// with no lock of the exporter's held, or when no fence could be added instead.
+    fn wait(&self) {
         self.done.wait_for_completion();
     }
 }
@@ -367,14 +397,15 @@ impl Drop for RegInProgress<'_> {
 }
 
 struct BufState {
-    /// Torn down: no new faults, pages freed or being freed.
+    /// Cut ([`Buffer::cut`]): no new faults, pages freed or being freed.
     dead: bool,
-    /// Torn down by the exporter's invalidation.
+    /// Cut by the exporter's invalidation or the owner's unbinding.
     revoked: bool,
     /// BAR and offset in it of the first page.
     bar: u32,
     bar_offset: u64,
-    /// Chunks holding the pages, each counted once in its [`Chunk::users`].
+    /// Chunks holding the pages, each counted once in its [`Chunk::users`]; kept after the cut
+    /// until [`Buffer::unregister`] gives them back, once the drain is done.
     chunks: KVec<Arc<Chunk>>,
     /// The buffer's pages, in order; each holds its base reference.
     pages: KVVec<P2pPage>,
@@ -389,7 +420,7 @@ struct Buffer {
     size: u64,
     mapping: MappingRef,
     /// The attachment; taken (and detached) by [`Buffer::unregister`], which holds the lock
-    /// until the teardown and the detach are done.
+    /// until the drain and the detach are done.
     #[pin]
     attach: Mutex<Option<DynamicAttachment<Buffer>>>,
     #[pin]
@@ -398,42 +429,42 @@ struct Buffer {
 }
 
 impl Buffer {
-    /// Tears the registration down: no new access, every mapping zapped, every page freed (so no
-    /// DMA in flight), then `unmap` (of the attachment). Idempotent. Called with the reservation
-    /// lock.
-    fn teardown(&self, unmap: impl FnOnce(), revoked: bool) {
-        let (chunks, pages) = {
+    /// Ends every access through the registration: no new fault or mapping, every mapping
+    /// zapped, the base references and the drain's bias dropped. In-flight DMA still holds its
+    /// pages; the drain completes (and its fence signals) when the last is freed. Idempotent;
+    /// waits for nothing, so it may be called from the exporter's callback.
+    fn cut(&self, revoked: bool) {
+        let pages = {
             let mut st = self.state.lock();
             if st.dead {
                 return;
             }
             st.dead = true;
             st.revoked = revoked;
-            (
-                core::mem::take(&mut st.chunks),
-                core::mem::take(&mut st.pages),
-            )
+            core::mem::take(&mut st.pages)
         };
         // Faults now fail; remove what earlier faults mapped, in every process.
         self.mapping.unmap_range(self.cookie, self.size);
-        // Drop the base references, then wait for in-flight DMA: pins taken by O_DIRECT and
-        // io_uring are the only references left, and each is dropped when its I/O completes.
+        // Pins taken by O_DIRECT and io_uring are now the only references left, and each is
+        // dropped when its I/O completes.
         drop(pages);
-        self.drain.wait();
-        unmap();
-
-        release_chunks(&mut self.gpu.state.lock(), chunks);
+        self.drain.end_bias();
     }
 
-    /// UNREG, close, or the unbinding of the BAR's owner (`revoked`): tears down and detaches. A
-    /// second caller waits until the first is done.
+    /// UNREG, close, or the unbinding of the BAR's owner (`revoked`): cuts the registration,
+    /// waits for its DMA in flight, detaches and gives its struct pages back. A second caller
+    /// waits until the first is done.
     fn unregister(&self, revoked: bool) {
         let mut attach = self.attach.lock();
         if let Some(a) = attach.take() {
-            let mut locked = a.lock();
-            self.teardown(|| locked.unmap(), revoked);
-            drop(locked);
+            self.cut(revoked);
+            // No lock of the exporter's is held: a pinned buffer stays where it is meanwhile, and
+            // an invalidation that comes now (a revocation, or the move of a buffer that is not
+            // pinned) finds the registration cut and fences off what is left.
+            self.drain.wait();
             drop(a);
+            let chunks = core::mem::take(&mut self.state.lock().chunks);
+            release_chunks(&mut self.gpu.state.lock(), chunks);
         }
         drop(attach);
         self.gpu.state.lock().buffers.remove(&self.cookie);
@@ -464,15 +495,23 @@ impl Importer for Buffer {
             return;
         }
         // Mapped: a revocation, or a move of a buffer that is not pinned. Either way the pages
-        // describe memory that is no longer the buffer's. Unpinned, so that the exporter may
-        // evict what is no longer used.
-        self.teardown(
-            || {
-                attach.unmap();
-                attach.unpin();
-            },
-            true,
-        );
+        // describe memory that is no longer the buffer's: the registration ends now.
+        self.cut(true);
+        // DMA still in flight (however long its issuer holds it) is fenced off rather than
+        // waited for: the exporter waits for the fence where it may sleep, before it reuses the
+        // memory. Only when no slot for it can be allocated is the drain waited for here.
+        if !self.drain.is_done()
+            && attach
+                .add_fence(&self.drain.fence, ResvUsage::Bookkeep)
+                .is_err()
+        {
+            self.drain.wait();
+        }
+        // The DMA in flight goes to the pages' bus addresses, which the block layer mapped from
+        // the BAR's provider, never through this mapping: it may go now. Unpinned, so that the
+        // exporter may evict what is no longer used.
+        attach.unmap();
+        attach.unpin();
     }
 }
 
@@ -610,9 +649,9 @@ impl Buffer {
         let npages = (self.size / PAGE_SIZE as u64) as usize;
         // [`Buffer::state`] is not held while struct pages are made: mmap() and faults take it
         // under the mmap lock, and making pages takes the memory hotplug lock, which other code
-        // (the page-table dump) holds while it takes an mmap lock. A teardown that comes
-        // meanwhile finds no pages; it waits in its drain for the ones made here, which are
-        // dropped below when this finds the registration dead.
+        // (the page-table dump) holds while it takes an mmap lock. A cut that comes meanwhile
+        // finds no pages; the drain counts the ones made here, which are dropped below when
+        // this finds the registration dead.
         if self.state.lock().dead {
             return Err(ENODEV);
         }
@@ -688,15 +727,16 @@ impl Buffer {
             st.pages = pages;
             return Ok(());
         }
-        // Failed, or torn down meanwhile (by the exporter's invalidation, whose teardown dropped
-        // the drain's bias and waits for these pages). Not mapped or pinned yet: the pages are
-        // freed as their base references go, and the drain completes with them.
+        // Failed, or cut meanwhile (by the exporter's invalidation, which dropped the drain's
+        // bias and fenced off these pages). No user mapping or I/O has them yet: they are freed
+        // as their base references go, and the drain completes with them.
         st.dead = true;
         drop(st);
         drop(pages);
         if !torn_down {
-            self.drain.wait();
+            self.drain.end_bias();
         }
+        self.drain.wait();
         release_chunks(&mut self.gpu.state.lock(), chunks);
         res.and(Err(ENODEV))
     }
@@ -771,7 +811,7 @@ impl FgdsFile {
             gs.last_id += 1;
             gs.last_id << PAGE_SHIFT
         };
-        let drain = Arc::pin_init(Drain::new(), GFP_KERNEL)?;
+        let drain = Arc::pin_init(Drain::new()?, GFP_KERNEL)?;
         let buf = Arc::pin_init(
             try_pin_init!(Buffer {
                 gpu: self.gpu.clone(),

@@ -17,7 +17,10 @@
  *   and checked after every read ended (a late DMA would show); a buffer
  *   fgds pinned (amdgpu) passed by 100 evictions and 100 suspends with reads
  *   in flight, every byte landing; unbinding the exporter's driver with reads
- *   in flight.
+ *   in flight. fgds's callback in each invalidation (timed by the exporter)
+ *   returns in bounded time however long the reads take: it fences them
+ *   off, and the exporter waits for the fence (100 revocations in a row
+ *   print the longest callback, with and without reads in flight).
  * - A fence the exporter signals after map (a VRAM clear), and a user's job
  *   writing the buffer (an implicitly synchronised writer): REG_BUFFER waits
  *   for each, and what it wrote does not land over data read afterwards.
@@ -66,6 +69,14 @@
 #define IO_LEN (BUF_LEN / NR_IOS)
 /* Teardowns of each kind with reads in flight, per variant. */
 #define ROUNDS 20
+/*
+ * The longest the importers' callback may take in an exporter's invalidation.
+ * It zaps the mapping and drops the references of BUF_LEN / 4096 pages:
+ * under a millisecond on hardware, up to about 20 ms on the debug kernel
+ * under TCG (lockdep), with or without I/O in flight (both are printed), while
+ * the throttled reads it must not wait for take hundreds.
+ */
+#define CALLBACK_MAX_NS (50 * 1000000ULL)
 #define FENCE_MS 300
 
 static int tpd_export(int tpd, __u64 off, __u64 size, __u32 flags, __u32 fence_ms,
@@ -610,6 +621,7 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 	ASSERT_EQ(0, fgds_put_pattern(self->slow, 0, BUF_LEN, 0x5105));
 	for (kind = REVOKE; kind <= UNREG; kind++) {
 		int round, again = 0, min_p = NR_IOS, max_p = 0;
+		__u64 cb_max = 0, wait_max = 0;
 		int moves = kind == MOVE || kind == SUSPEND;
 		int pinned = variant->pinned && moves;
 		int rounds = pinned ? variant->pinned_rounds : ROUNDS;
@@ -663,6 +675,12 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 			ASSERT_EQ(0, tpd_state(self->e.tpd, b.dmabuf, &st));
 			EXPECT_EQ(0, st.maps);
 			EXPECT_EQ(0, st.pins);
+			/* fgds's callback fenced the reads off instead of waiting for them. */
+			EXPECT_GT(CALLBACK_MAX_NS, st.invalidate_ns)
+				TH_LOG("%s round %d: callback %llu us", teardown_name[kind],
+				       round, (unsigned long long)st.invalidate_ns / 1000);
+			cb_max = st.invalidate_ns > cb_max ? st.invalidate_ns : cb_max;
+			wait_max = st.fence_wait_ns > wait_max ? st.fence_wait_ns : wait_max;
 			ASSERT_EQ(0, host2("fill", fresh, variant->bar_off, BUF_LEN, 0));
 			ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault))
 				TH_LOG("%s: a read ended with another error", teardown_name[kind]);
@@ -692,6 +710,9 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 		ksft_print_msg("%s%s: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
 			       teardown_name[kind], pinned ? " of a pinned buffer" : "", rounds,
 			       min_p, max_p, NR_IOS, again);
+		if (kind != UNREG && !pinned)
+			ksft_print_msg("%s: callback <= %.3f ms, fence waited <= %.0f ms\n",
+				       teardown_name[kind], cb_max / 1e6, wait_max / 1e6);
 	}
 	EXPECT_EQ(0, fgds_fdinfo_num(self->e.node, "fgds-gpu-pages"));
 }
@@ -780,6 +801,102 @@ TEST_F(late, fence_after_map_is_waited_for)
 	fence_at_map(_metadata, &e, raw, 24 * SZ_1M, 0);
 	fence_at_map(_metadata, &e, raw, 24 * SZ_1M, 1);
 	close(raw);
+	ex_close(&e);
+}
+
+/*
+ * Revocation never waits for user I/O in the exporter's callback: 100
+ * (FGDS_REVOKE_ROUNDS) revocations of a buffer fgds pinned (amdgpu's
+ * pattern), each with reads from the throttled NVMe in flight, however long
+ * those take. fgds's callback (the exporter's dma_buf_invalidate_mappings(),
+ * which it times) returns in under CALLBACK_MAX_NS; the exporter then waits
+ * for fgds's fence, which retires when the reads ended; nothing lands after
+ * the revoke returned (the host's refill is intact once every read ended).
+ */
+TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
+{
+	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
+			 TEST_P2P_DMABUF_PHYS;
+	const char *env = getenv("FGDS_REVOKE_ROUNDS");
+	int rounds = env ? atoi(env) : 100;
+	int slow, ret, round, again = 0, min_p = NR_IOS, max_p = 0;
+	__u64 cb_max = 0, wait_min = ~0ULL, wait_max = 0, idle_max = 0;
+	struct ex_env e;
+	const char *why;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ASSERT_LT(0, rounds);
+	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, slow);
+	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5108));
+	ret = ex_open(&e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	/* The callback's own cost: the same revocation with no I/O in flight. */
+	for (round = 0; round < 10; round++) {
+		struct test_p2p_dmabuf_state st;
+		struct fgds_buf b;
+
+		ASSERT_EQ(0, ex_buf(&e, flags, 24 * SZ_1M, &b));
+		fgds_store(b.p, 1);
+		fgds_store(b.p + BUF_LEN - 1, 2);
+		ASSERT_EQ(0, tpd_fd_ioctl(e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE, b.dmabuf));
+		ASSERT_EQ(0, tpd_state(e.tpd, b.dmabuf, &st));
+		idle_max = st.invalidate_ns > idle_max ? st.invalidate_ns : idle_max;
+		fgds_buf_put(e.node, &b);
+	}
+	for (round = 0; round < rounds; round++) {
+		__u64 fresh = 0xcb00000 + round;
+		struct test_p2p_dmabuf_state st;
+		struct fgds_buffer_info info;
+		int pending, whole, efault;
+		struct io_uring ring;
+		struct fgds_buf b;
+
+		ASSERT_EQ(0, ex_buf(&e, flags, 24 * SZ_1M, &b));
+		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
+		ASSERT_EQ(NR_IOS, submit_slow_reads(&ring, slow, b.p));
+		pending = NR_IOS - io_uring_cq_ready(&ring);
+		if (!pending) {
+			ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+			io_uring_queue_exit(&ring);
+			fgds_buf_put(e.node, &b);
+			ASSERT_GT(rounds, ++again);
+			round--;
+			continue;
+		}
+		ASSERT_EQ(0, tpd_fd_ioctl(e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE, b.dmabuf));
+		ASSERT_EQ(0, host2("fill", fresh, 24 * SZ_1M, BUF_LEN, 0));
+		ASSERT_EQ(0, tpd_state(e.tpd, b.dmabuf, &st));
+		EXPECT_EQ(0, st.maps);
+		EXPECT_EQ(0, st.pins);
+		EXPECT_GT(CALLBACK_MAX_NS, st.invalidate_ns)
+			TH_LOG("round %d: the callback took %llu us with %d reads in flight",
+			       round, (unsigned long long)st.invalidate_ns / 1000, pending);
+		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+		EXPECT_EQ(NR_IOS, whole + efault);
+		EXPECT_EQ(0, host2("check", fresh, 24 * SZ_1M, BUF_LEN, 0))
+			TH_LOG("round %d: memory written after the revoke returned", round);
+		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
+		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+		cb_max = st.invalidate_ns > cb_max ? st.invalidate_ns : cb_max;
+		wait_min = st.fence_wait_ns < wait_min ? st.fence_wait_ns : wait_min;
+		wait_max = st.fence_wait_ns > wait_max ? st.fence_wait_ns : wait_max;
+		io_uring_queue_exit(&ring);
+		fgds_buf_put(e.node, &b);
+		min_p = pending < min_p ? pending : min_p;
+		max_p = pending > max_p ? pending : max_p;
+	}
+	ksft_print_msg("revoke: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
+		       rounds, min_p, max_p, NR_IOS, again);
+	ksft_print_msg("revoke: callback <= %.3f ms in %d rounds, fence waited %.0f to %.0f ms\n",
+		       cb_max / 1e6, rounds, wait_min / 1e6, wait_max / 1e6);
+	ksft_print_msg("revoke: callback <= %.3f ms in 10 rounds with no I/O in flight\n",
+		       idle_max / 1e6);
+	/* In every round the reads outlasted the callback: the fence held them, not it. */
+	EXPECT_LT(cb_max, wait_min);
+	EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
+	close(slow);
 	ex_close(&e);
 }
 
