@@ -429,6 +429,85 @@ TEST_F(api, revoke_zaps_mappings_and_refuses_io)
 	fgds_buf_put(self->fd, &b);
 }
 
+/*
+ * The line of the kernel's dump of the current process's page tables that
+ * covers @addr, or -ENOENT; -errno when the dump cannot be read.
+ */
+static int ptdump_line_of(unsigned long addr, char *out, size_t len)
+{
+	unsigned long long start, end;
+	char line[256];
+	FILE *f;
+	int ret = -ENOENT;
+
+	if (access("/sys/kernel/debug/page_tables", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	/*
+	 * current_user exists with page table isolation; without it
+	 * current_kernel walks the whole of the current process's tables.
+	 */
+	f = fopen("/sys/kernel/debug/page_tables/current_user", "r");
+	if (!f)
+		f = fopen("/sys/kernel/debug/page_tables/current_kernel", "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "0x%llx-0x%llx", &start, &end) == 2 && addr >= start &&
+		    addr < end) {
+			snprintf(out, len, "%s", line);
+			ret = 0;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/*
+ * The user mapping of registered memory is uncached (PCD set in every PTE),
+ * as the kernel's own mapping of P2PDMA pages, after a fault and after the
+ * mapping moved with mremap(); an ordinary anonymous page is write-back (no
+ * PCD), so the dump is read right. Read from the kernel's page-table dump,
+ * outside the driver.
+ */
+TEST_F(api, mapping_is_uncached)
+{
+	unsigned char *p, *anon, *moved;
+	char line[256];
+	__u64 cookie = 0;
+	int ret;
+
+	ASSERT_EQ(0, fgds_reg(self->fd, self->dmabuf, 0, SZ_2M, &cookie));
+	p = fgds_map(self->fd, cookie, SZ_2M);
+	ASSERT_NE(NULL, p);
+	fgds_store(p, 1);
+	fgds_store(p + SZ_2M - 1, 2);
+	anon = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, anon);
+	anon[0] = 1;
+
+	ret = ptdump_line_of((unsigned long)anon, line, sizeof(line));
+	ASSERT_EQ(0, ret) TH_LOG("page-table dump: %s (CONFIG_PTDUMP_DEBUGFS?)", strerror(-ret));
+	EXPECT_EQ(NULL, strstr(line, " PCD")) TH_LOG("anonymous memory: %s", line);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)p, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("first page: %s", line);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)p + SZ_2M - 1, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("last page: %s", line);
+
+	/* A place to move to: reserved, then replaced by the move. */
+	moved = mmap(NULL, SZ_2M, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, moved);
+	moved = mremap(p, SZ_2M, SZ_2M, MREMAP_MAYMOVE | MREMAP_FIXED, moved);
+	ASSERT_NE(MAP_FAILED, moved) TH_LOG("mremap: %s", strerror(errno));
+	EXPECT_EQ(1, fgds_load(moved));
+	fgds_store(moved + SZ_1M, 3);
+	ASSERT_EQ(0, ptdump_line_of((unsigned long)moved + SZ_1M, line, sizeof(line)));
+	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("after mremap: %s", line);
+
+	munmap(moved, SZ_2M);
+	munmap(anon, 4096);
+	EXPECT_EQ(0, fgds_unreg(self->fd, cookie));
+}
+
 #define CG "/sys/fs/cgroup/fgds-api-memcg"
 
 static long long cg_read(const char *file)
