@@ -248,3 +248,84 @@ def test_torch_every_dtype_matches_safetensors(tmpdir_ext4):
     for k in ref:
         assert ours[k].dtype == ref[k].dtype and ours[k].shape == ref[k].shape, k
         assert torch.equal(ours[k].view(torch.uint8), ref[k].view(torch.uint8)), k
+
+
+def sharded(tmpdir, torch, st_torch, n_files=3, index=True):
+    """A sharded checkpoint of `n_files` files (with its index unless not
+    `index`); returns the tensors."""
+    g = torch.Generator().manual_seed(5)
+    parts = [
+        {f"f{i}.w": torch.randn(300 + i, 129, generator=g), f"f{i}.b": torch.randn(7 + i, generator=g).to(torch.bfloat16),
+         f"f{i}.i": torch.arange(i + 3, dtype=torch.int64), f"f{i}.e": torch.zeros(0, 4)}
+        for i in range(n_files)
+    ]
+    wmap = {}
+    for i, part in enumerate(parts):
+        name = f"model-{i + 1:05d}-of-{n_files:05d}.safetensors"
+        st_torch.save_file(part, os.path.join(tmpdir, name), metadata={"format": "pt"})
+        wmap.update({k: name for k in part})
+    if index:
+        with open(os.path.join(tmpdir, fst.INDEX_NAME), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": wmap}, f)
+    return {k: v for part in parts for k, v in part.items()}
+
+
+def test_load_checkpoint_matches_safetensors(tmpdir_ext4, monkeypatch):
+    torch = _torch()
+    st_torch = pytest.importorskip("safetensors.torch")
+    want = sharded(tmpdir_ext4, torch, st_torch)
+    files, wmap = fst.checkpoint_files(tmpdir_ext4)
+    assert [os.path.basename(p) for p in files] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    assert set(wmap) == set(want)
+    # requests of 8 KiB: every run is cut, at 4096-byte file offsets
+    monkeypatch.setattr(fst, "REQUEST_SIZE", 8192)
+    monkeypatch.setattr(fst, "DEPTH", 3)
+    devs = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devs:
+        for src in (tmpdir_ext4, os.path.join(tmpdir_ext4, fst.INDEX_NAME)):
+            got, stats = fst.load_checkpoint(src, device=dev, return_stats=True)
+            assert got.keys() == want.keys()
+            for k, v in want.items():
+                assert got[k].dtype == v.dtype and got[k].device.type == dev
+                assert torch.equal(got[k].cpu(), v), k
+            nbytes = sum(v.numel() * v.element_size() for v in want.values())
+            assert stats["read_bytes"] == nbytes
+    # one file, and the files themselves
+    one = fst.load_checkpoint(files[1])
+    assert one.keys() == st_torch.load_file(files[1]).keys()
+    assert fst.load_files(files).keys() == want.keys()
+
+
+def test_load_checkpoint_without_index(tmpdir_ext4):
+    torch = _torch()
+    st_torch = pytest.importorskip("safetensors.torch")
+    want = sharded(tmpdir_ext4, torch, st_torch, n_files=2, index=False)
+    got = fst.load_checkpoint(tmpdir_ext4)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], v) for k, v in want.items())
+
+
+def test_load_checkpoint_errors(tmpdir_ext4):
+    torch = _torch()
+    st_torch = pytest.importorskip("safetensors.torch")
+    sharded(tmpdir_ext4, torch, st_torch, n_files=2)
+    files, wmap = fst.checkpoint_files(tmpdir_ext4)
+    # a name in two files
+    st_torch.save_file({"f0.w": torch.zeros(2)}, os.path.join(tmpdir_ext4, "dup.safetensors"))
+    with pytest.raises(fst.SafetensorsError, match="in both"):
+        fst.load_files(files + [os.path.join(tmpdir_ext4, "dup.safetensors")])
+    # an index that does not match the files
+    wmap["f0.w"] = files[1]
+    with pytest.raises(fst.SafetensorsError, match="the index puts 'f0.w'"):
+        fst.load_files(files, weight_map=wmap)
+    wmap = {"nope": files[0]}
+    with pytest.raises(fst.SafetensorsError, match="no file of the checkpoint"):
+        fst.load_files(files, weight_map=wmap)
+    bad = os.path.join(tmpdir_ext4, "bad.index.json")
+    with open(bad, "w") as f:
+        f.write("{}")
+    with pytest.raises(fst.SafetensorsError, match="weight_map"):
+        fst.load_checkpoint(bad)
+    empty = os.path.join(tmpdir_ext4, "empty")
+    os.mkdir(empty)
+    with pytest.raises(fst.SafetensorsError, match="no model.safetensors.index.json"):
+        fst.load_checkpoint(empty)

@@ -5,14 +5,21 @@
 ``safetensors.numpy.load_file``; ``safe_open(path, framework, device)`` is
 the lazy API of ``safetensors.safe_open`` (``keys``, ``offset_keys``,
 ``metadata``, ``get_tensor``, ``get_slice``, ``get_tensors``), reading only
-the tensors asked for. The header (8-byte little-endian length + JSON) is
-parsed here; every dtype of the safetensors format is understood
-(:data:`DTYPES`). Tensor data is read into registered buffers, one request
-per tensor, submitted together through an :class:`fgds.Batch` (so they run
-in parallel on fgds' I/O threads, each split into chunks that are
-themselves in flight together). A buffer is laid out like the file's data
-section, placed so that buffer and file offsets agree modulo 4096 and
-O_DIRECT (or peer-to-peer DMA for GPU memory) can be used for the bulk.
+the tensors asked for; ``load_files(paths, device)`` and
+``load_checkpoint(path, device)`` load a sharded checkpoint (several
+safetensors files, with or without its ``model.safetensors.index.json``)
+in one call. The header (8-byte little-endian length + JSON) is parsed
+here; every dtype of the safetensors format is understood
+(:data:`DTYPES`). A file's tensors are read into one registered buffer laid
+out like its data section, placed so that buffer and file offsets agree
+modulo 4096 and O_DIRECT (or peer-to-peer DMA for GPU memory) can be used
+for the bulk. The tensors' bytes are read as runs (tensors whose data
+follow each other), cut into requests of at most :data:`REQUEST_SIZE`
+bytes at 4096-byte file offsets, and the requests of every file of the
+call go through one :class:`fgds.Batch`, :data:`DEPTH` in flight in file
+order, so they run in parallel on fgds' I/O threads (each split into
+chunks that are themselves in flight together) and the files of a
+sharded checkpoint are read together.
 """
 
 import json
@@ -26,12 +33,22 @@ __all__ = [
     "read_header",
     "load_file",
     "load_file_numpy",
+    "load_files",
+    "load_checkpoint",
+    "checkpoint_files",
     "safe_open",
     "SafetensorsError",
 ]
 
 ALIGN = 4096
 _MAX_HEADER = 100 * 1024 * 1024
+#: Bytes per read request of a load (the Batch API's large requests: the
+#: GPU suite's batch of 32 MiB requests, tools/testing/fgds-bench).
+REQUEST_SIZE = 32 << 20
+#: Read requests in flight at once, across the files of a call.
+DEPTH = 64
+#: The index file of a sharded checkpoint (transformers' name).
+INDEX_NAME = "model.safetensors.index.json"
 
 # Every dtype of the safetensors format (safetensors' `Dtype` enum, in its
 # order): bits per element, numpy dtype (None: numpy has none, as in
@@ -138,37 +155,68 @@ def read_header(path):
     return tensors, meta, data_start
 
 
-def _read_all(path, f, buf, tensors, data_start, base=0, batch_size=1024):
-    """Reads every tensor's bytes at its data offset into ``buf`` (an
-    fgds.Buffer laid out like the data section from offset ``base`` on)
-    through the open fgds.File ``f``."""
-    reqs = [
-        ("read", f, buf, end - begin, data_start + begin, begin - base, name)
-        for name, (_, _, begin, end) in tensors.items()
-        if end > begin
-    ]
+def _requests(path, f, buf, tensors, data_start, base=0):
+    """The read requests of ``tensors`` (sorted by ``begin``) into ``buf``
+    (an fgds.Buffer laid out like the data section from offset ``base`` on)
+    through the open fgds.File ``f``: runs of tensors whose data follow each
+    other, cut into requests of at most REQUEST_SIZE bytes that end at
+    4096-byte file offsets (so that the next one starts aligned). Each
+    request's cookie is ``(path, file offset)``."""
+    runs = []
+    for _, _, begin, end in tensors.values():
+        if end == begin:
+            continue
+        if runs and runs[-1][1] == begin:
+            runs[-1][1] = end
+        else:
+            runs.append([begin, end])
+    reqs = []
+    for begin, end in runs:
+        off = begin
+        while off < end:
+            stop = min(off + REQUEST_SIZE, end)
+            if stop < end:
+                cut = stop - (data_start + stop) % ALIGN
+                if cut > off:
+                    stop = cut
+            reqs.append(("read", f, buf, stop - off, data_start + off, off - base, (path, data_start + off)))
+            off = stop
+    return reqs
+
+
+def _read(reqs):
+    """Runs the read requests (of one or more files) through one
+    fgds.Batch, DEPTH in flight, submitted in order; raises on the first
+    that fails or comes back short."""
     if not reqs:
         return
-    with _fgds.Batch(min(len(reqs), batch_size)) as batch:
-        for i in range(0, len(reqs), batch_size):
-            part = reqs[i : i + batch_size]
-            batch.submit(part)
-            want = {r[6]: r[3] for r in part}
-            done = 0
-            while done < len(part):
-                for cookie, status, result in batch.wait(len(part) - done):
-                    if status in ("pending", "timeout"):
-                        continue
-                    done += 1
-                    if status != "complete":
-                        err = -result if result < 0 else 5
-                        raise _fgds.FgdsError(
-                            err, f"{path}: reading tensor {cookie!r} {status}: {_fgds.strerror(err)}"
-                        )
-                    if result != want[cookie]:
-                        raise SafetensorsError(
-                            f"{path}: tensor {cookie!r}: short read ({result} of {want[cookie]} bytes)"
-                        )
+    want = {r[6]: r[3] for r in reqs}
+    depth = min(len(reqs), DEPTH)
+    with _fgds.Batch(depth) as batch:
+        nxt = done = out = 0
+        while done < len(reqs):
+            if nxt < len(reqs) and out < depth:
+                k = min(depth - out, len(reqs) - nxt)
+                batch.submit(reqs[nxt : nxt + k])
+                nxt += k
+                out += k
+            for cookie, status, result in batch.wait(1):
+                if status in ("pending", "timeout"):
+                    continue
+                done += 1
+                out -= 1
+                path, offset = cookie
+                if status != "complete":
+                    err = -result if result < 0 else 5
+                    raise _fgds.FgdsError(
+                        err,
+                        f"{path}: reading {want[cookie]} bytes at offset {offset} {status}: "
+                        f"{_fgds.strerror(err)}",
+                    )
+                if result != want[cookie]:
+                    raise SafetensorsError(
+                        f"{path}: short read at offset {offset} ({result} of {want[cookie]} bytes)"
+                    )
 
 
 def _pad_for(addr, file_offset):
@@ -222,47 +270,74 @@ def _load_numpy(path, f, tensors, data_start):
     region = raw[pad : pad + total]
     if total:
         with _fgds.Buffer(region) as buf:
-            _read_all(path, f, buf, tensors, data_start, base=lo)
+            _read(_requests(path, f, buf, tensors, data_start, base=lo))
     out = {}
     for name, (dtype, shape, begin, end) in tensors.items():
         out[name] = region[begin - lo : end - lo].view(_numpy_dtype(name, dtype)).reshape(shape)
     return out
 
 
+class _TorchLoad:
+    """One file's part of a load into torch: the buffer on ``dev`` laid out
+    like the data section of ``tensors`` (registered with fgds), its read
+    requests through ``f``, and the tensors made from it once read."""
+
+    def __init__(self, path, f, tensors, data_start, dev):
+        import torch
+
+        self.tensors = tensors
+        self.dev = dev
+        self.kinds = {}
+        for name, (dtype, shape, _, _) in tensors.items():
+            self.kinds[name] = (_torch_dtype(torch, name, dtype), _torch_shape(name, dtype, shape))
+        self.lo = min((b for _, _, b, _ in tensors.values()), default=0)
+        hi = max((e for _, _, _, e in tensors.values()), default=0)
+        total = hi - self.lo
+        raw = torch.empty(total + ALIGN, dtype=torch.uint8, device=dev)
+        self.pad = _pad_for(raw.data_ptr(), data_start + self.lo)
+        self.region = raw[self.pad : self.pad + total]
+        self.buf = None
+        self.requests = []
+        if total:
+            if dev.type == "cuda":
+                self.buf = _fgds.Buffer.from_cuda(self.region.data_ptr(), total, owner=raw)
+            else:
+                self.buf = _fgds.Buffer.from_host(self.region.data_ptr(), total, owner=raw)
+            self.requests = _requests(path, f, self.buf, tensors, data_start, base=self.lo)
+
+    def close(self):
+        if self.buf is not None:
+            self.buf.close()
+            self.buf = None
+
+    def tensors_out(self, copy):
+        """The tensors, views of the buffer unless ``copy``."""
+        import torch
+
+        out = {}
+        for name, (dtype, _, begin, end) in self.tensors.items():
+            tdt, shape = self.kinds[name]
+            if end == begin:
+                out[name] = torch.empty(shape, dtype=tdt, device=self.dev)
+                continue
+            piece = self.region[begin - self.lo : end - self.lo]
+            itemsize = torch.empty(0, dtype=tdt).element_size()
+            if (self.pad + begin - self.lo) % itemsize:
+                piece = piece.clone()  # views need element-aligned storage offsets
+            t = piece.view(tdt).reshape(shape)
+            out[name] = t.clone() if copy else t
+        return out
+
+
 def _load_torch(path, f, tensors, data_start, dev, copy):
     """The tensors of ``tensors`` as torch tensors on ``dev``, read through
     ``f``: views of one buffer unless ``copy``."""
-    import torch
-
-    kinds = {}
-    for name, (dtype, shape, _, _) in tensors.items():
-        kinds[name] = (_torch_dtype(torch, name, dtype), _torch_shape(name, dtype, shape))
-    lo = min((b for _, _, b, _ in tensors.values()), default=0)
-    hi = max((e for _, _, _, e in tensors.values()), default=0)
-    total = hi - lo
-    raw = torch.empty(total + ALIGN, dtype=torch.uint8, device=dev)
-    pad = _pad_for(raw.data_ptr(), data_start + lo)
-    region = raw[pad : pad + total]
-    if total:
-        if dev.type == "cuda":
-            buf = _fgds.Buffer.from_cuda(region.data_ptr(), total, owner=raw)
-        else:
-            buf = _fgds.Buffer.from_host(region.data_ptr(), total, owner=raw)
-        with buf:
-            _read_all(path, f, buf, tensors, data_start, base=lo)
-    out = {}
-    for name, (dtype, _, begin, end) in tensors.items():
-        tdt, shape = kinds[name]
-        if end == begin:
-            out[name] = torch.empty(shape, dtype=tdt, device=dev)
-            continue
-        piece = region[begin - lo : end - lo]
-        itemsize = torch.empty(0, dtype=tdt).element_size()
-        if (pad + begin - lo) % itemsize:
-            piece = piece.clone()  # views need element-aligned storage offsets
-        t = piece.view(tdt).reshape(shape)
-        out[name] = t.clone() if copy else t
-    return out
+    ld = _TorchLoad(path, f, tensors, data_start, dev)
+    try:
+        _read(ld.requests)
+    finally:
+        ld.close()
+    return ld.tensors_out(copy)
 
 
 def load_file_numpy(path, *, return_stats=False, **file_kwargs):
@@ -302,6 +377,105 @@ def load_file(path, device="cpu", *, copy=False, return_stats=False, **file_kwar
         out = _load_torch(path, f, tensors, data_start, dev, copy)
         stats = f.stats() if tensors else None
     return (out, stats) if return_stats else out
+
+
+def checkpoint_files(path):
+    """The safetensors files of a checkpoint, in order, and its index's
+    ``weight_map`` (or None): ``path`` is a directory holding
+    ``model.safetensors.index.json`` (or else its ``*.safetensors`` files),
+    an index file (``*.index.json``) or one safetensors file."""
+    path = os.fspath(path)
+    index = None
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, INDEX_NAME)):
+            index = os.path.join(path, INDEX_NAME)
+        else:
+            files = sorted(
+                os.path.join(path, n) for n in os.listdir(path) if n.endswith(".safetensors")
+            )
+            if not files:
+                raise SafetensorsError(f"{path}: no {INDEX_NAME} and no *.safetensors files")
+            return files, None
+    elif path.endswith(".json"):
+        index = path
+    else:
+        return [path], None
+    try:
+        with open(index, encoding="utf-8") as f:
+            wmap = json.load(f)["weight_map"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise SafetensorsError(f"{index}: not a safetensors index (a JSON object with a weight_map): {e}") from None
+    if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+        raise SafetensorsError(f"{index}: weight_map is not a map of tensor names to file names")
+    base = os.path.dirname(index)
+    files = [os.path.join(base, n) for n in sorted(set(wmap.values()))]
+    return files, {k: os.path.join(base, v) for k, v in wmap.items()}
+
+
+def _sum_stats(stats):
+    """The fgds statistics of several files, summed (numbers only)."""
+    out = {}
+    for st in stats:
+        for k, v in st.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def load_files(paths, device="cpu", *, copy=False, return_stats=False, weight_map=None, **file_kwargs):
+    """Every tensor of several safetensors files (a sharded checkpoint) in
+    one dict, as ``safetensors.torch.load_file`` of each file merged, in one
+    call: the files' read requests go through one :class:`fgds.Batch` in
+    file order, so that the files are read together, in parallel on fgds'
+    I/O threads. A tensor name in two files raises ``SafetensorsError``;
+    ``weight_map`` (an index's tensor name -> file path), if given, is
+    checked against the files' headers. ``device``, ``copy`` and
+    ``file_kwargs`` as in :func:`load_file` (one buffer per file);
+    ``return_stats=True`` returns ``(dict, stats)``, the files' fgds
+    statistics summed."""
+    paths = [os.fspath(p) for p in paths]
+    dev = _torch_device(device)
+    heads = [read_header(p) for p in paths]
+    owner = {}
+    for p, (tensors, _, _) in zip(paths, heads):
+        for name in tensors:
+            if name in owner:
+                raise SafetensorsError(f"tensor {name!r} is in both {owner[name]} and {p}")
+            owner[name] = p
+    if weight_map is not None:
+        for name, p in weight_map.items():
+            got = owner.get(name)
+            if got is None or os.path.realpath(got) != os.path.realpath(p):
+                raise SafetensorsError(
+                    f"the index puts {name!r} in {p}, but "
+                    + (f"it is in {got}" if got else "no file of the checkpoint has it")
+                )
+    files, loads = [], []
+    try:
+        for p, (tensors, _, data_start) in zip(paths, heads):
+            f = _fgds.File(p, "r", **file_kwargs)
+            files.append(f)
+            loads.append(_TorchLoad(p, f, tensors, data_start, dev))
+        _read([r for ld in loads for r in ld.requests])
+        stats = _sum_stats(f.stats() for f in files) if return_stats else None
+    finally:
+        for ld in loads:
+            ld.close()
+        for f in files:
+            f.close()
+    out = {}
+    for ld in loads:
+        out.update(ld.tensors_out(copy))
+    return (out, stats) if return_stats else out
+
+
+def load_checkpoint(path, device="cpu", *, copy=False, return_stats=False, **file_kwargs):
+    """A checkpoint's tensors in one call (:func:`load_files`): ``path`` is
+    a directory with ``model.safetensors.index.json`` (the files its
+    ``weight_map`` names; without one, every ``*.safetensors`` file there),
+    an index file or one safetensors file (see :func:`checkpoint_files`)."""
+    files, wmap = checkpoint_files(path)
+    return load_files(files, device, copy=copy, return_stats=return_stats, weight_map=wmap, **file_kwargs)
 
 
 class _Slice:
