@@ -29,7 +29,10 @@
 //! O_DIRECT request of the direct path (below an NVMe's MDTS) while the
 //! bounce path pays its per-piece costs (a system call, a queued copy, a
 //! wait) over fewer pieces. Measured on the H200 machine with
-//! `gpu-tune.py --only bounce` (the table is in the README).
+//! `gpu-tune.py --only bounce` (the table is in the README). A read whose
+//! bounce reads go O_DIRECT (cold data, [`BounceRead`]) takes pieces and
+//! parts of twice and four times those sizes (the engine's
+//! `COLD_BOUNCE_CHUNKS` and `COLD_BOUNCE_SPLITS`).
 
 use crate::error::{Error, Result};
 

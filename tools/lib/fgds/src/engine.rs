@@ -1,6 +1,8 @@
 //! The synchronous I/O engine: chunking, io_uring submission, unaligned
 //! edges, fallback to bounce buffers, vectored requests. Its sizes and
-//! their defaults are [`Config`]'s ([`crate::config`]).
+//! their defaults are [`Config`]'s ([`crate::config`]). A read whose bounce
+//! reads go O_DIRECT takes pieces and parts of `COLD_BOUNCE_CHUNKS` and
+//! `COLD_BOUNCE_SPLITS` times the bounce path's sizes.
 //!
 //! # The bounce path
 //!
@@ -45,6 +47,19 @@ use std::sync::Mutex;
 /// the H200 machine a batch of 32 MiB reads with 4 MiB pieces ran 41262
 /// MiB/s with 2 buffers a thread and 35375 with 4 (tools/lib/fgds/README.md).
 const BOUNCE_BYTES_PER_THREAD: usize = 8 << 20;
+/// A read that reaches the bounce buffers with O_DIRECT (cold data, see
+/// [`BounceRead`]) goes in pieces of this many `bounce_chunk_size` and
+/// parts of this many `bounce_split_size`: 8 MiB pieces in 32 MiB parts by
+/// default. On the H200 machine's virtual disk a cold 4 GiB read into CUDA
+/// memory ran 1395 MiB/s (1371-1419) against 1108 (1090-1125) with the
+/// page-cache path's 4 MiB pieces in 8 MiB parts and 1016 (974-1058) with
+/// 4 MiB pieces in 32 MiB parts, the settings taking turns round by round
+/// (`tools/testing/fgds-bench/gpu-peer-tune.py`); warm, the larger sizes
+/// were slower (19726 MiB/s against 25399). In the GPU suite's publishing
+/// run, taking turns over 3 rounds, cold, the two ran alike (1688 MiB/s
+/// against 1692, `docs/benchmarks.md`).
+const COLD_BOUNCE_CHUNKS: usize = 2;
+const COLD_BOUNCE_SPLITS: usize = 4;
 
 /// Direction of an I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -863,6 +878,33 @@ fn split_size(cfg: &Config, staged: u64, total: u64) -> usize {
     }
 }
 
+/// Joins neighbouring bounce-path pieces of one destination (in the file
+/// and in the buffer) into pieces of up to `size` bytes that stay within
+/// one `size`-aligned stretch of the file, as [`plan`] cuts them.
+fn coarsen(pieces: Vec<Piece>, size: u64) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        if let Some(q) = out.last_mut() {
+            let end = p.file_off + p.len as u64;
+            if q.mode == Mode::Staged
+                && p.mode == Mode::Staged
+                && q.more.is_empty()
+                && p.more.is_empty()
+                && q.buf == p.buf
+                && q.file_off + q.len as u64 == p.file_off
+                && q.buf_off + q.len == p.buf_off
+                && end - q.file_off <= size
+                && round_down(q.file_off, size) == round_down(end - 1, size)
+            {
+                q.len += p.len;
+                continue;
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
 /// Runs a call's pieces: on the calling thread alone when the call is at
 /// most `split_size` bytes (or `parallel` is 1), else cut into parts of
 /// about `split_size` bytes that the calling thread and up to
@@ -889,7 +931,28 @@ fn run_call(
         .filter(|p| p.mode == Mode::Staged)
         .map(|p| p.len as u64)
         .sum();
-    let split = split_size(cfg, staged, total) as u64;
+    // A read mostly through the bounce path that goes O_DIRECT (one
+    // cachestat(2) of the call's range; each part asks again) runs in
+    // larger pieces and parts (COLD_BOUNCE_CHUNKS).
+    let cold = op == Op::Read && staged * 2 > total && {
+        let s = pieces.iter().map(|p| p.file_off).min().unwrap_or(0);
+        let e = pieces
+            .iter()
+            .map(|p| p.file_off + p.len as u64)
+            .max()
+            .unwrap_or(s);
+        bounce_direct(file, s, e)
+    };
+    let (pieces, split) = if cold {
+        let piece = cfg
+            .bounce_chunk_size
+            .saturating_mul(COLD_BOUNCE_CHUNKS)
+            .min(MAX_RW_COUNT);
+        let split = cfg.bounce_split_size.saturating_mul(COLD_BOUNCE_SPLITS);
+        (coarsen(pieces, piece as u64), split as u64)
+    } else {
+        (pieces, split_size(cfg, staged, total) as u64)
+    };
     let threads = (cfg.parallel as usize).min(crate::env::env().threads + 1);
     // Writes through the page cache take the file's inode lock one at a
     // time (ext4, xfs): more threads only contend for it (4 GiB from GPU
@@ -1545,6 +1608,32 @@ pub fn writev(file: &FileHandle, segs: &[Segment<'_>], file_off: u64) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coarsen_joins_neighbours_within_aligned_stretches() {
+        let m = 1u64 << 20;
+        let staged =
+            |off: u64, len: u64| Piece::new(off, 0, off as usize, len as usize, Mode::Staged);
+        // 2 MiB..18 MiB in 4 MiB-aligned pieces: 2 MiB, then 4 MiB each
+        let mut ps = vec![staged(2 * m, 2 * m)];
+        ps.extend((1..4).map(|i| staged(i * 4 * m, 4 * m)));
+        ps.push(staged(16 * m, 2 * m));
+        let got: Vec<(u64, usize)> = coarsen(ps, 8 * m)
+            .iter()
+            .map(|p| (p.file_off, p.len))
+            .collect();
+        let mib = 1usize << 20;
+        assert_eq!(
+            got,
+            vec![(2 * m, 6 * mib), (8 * m, 8 * mib), (16 * m, 2 * mib)]
+        );
+        // other modes, buffers and gaps stay apart
+        let mut other = staged(4 * m, 4 * m);
+        other.buf = 1;
+        let direct = Piece::new(8 * m, 0, 8 << 20, 4 << 20, Mode::Direct);
+        let ps = vec![staged(0, 4 * m), other, direct, staged(16 * m, 4 * m)];
+        assert_eq!(coarsen(ps, 8 * m).len(), 4);
+    }
 
     fn file(len: usize, cfg: Config) -> (tempfile::TempDir, FileHandle) {
         let d = tempfile::Builder::new()
