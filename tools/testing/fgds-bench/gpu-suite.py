@@ -16,13 +16,27 @@
    cache (the file removed before every round, no fsync): fgds one call
    and batch, KvikIO (defaults and 16 threads).
 2. A multi-GiB state dict: torch.load(map_location="cuda") against
-   fgds.torch.load_state_dict (and torch.cuda.gds's recipe); a safetensors
-   file: safetensors.torch.load_file(device="cuda"), fastsafetensors in its
-   no-GDS mode and fgds.safetensors.load_file. Warm and cold, as above.
+   fgds.torch.load_state_dict (and torch.cuda.gds's recipe); the same
+   tensors in a safetensors file: every peer at each of its settings
+   (peer_settings(): safetensors.torch.load_file(device="cuda") with its
+   mmap and pread backends, fastsafetensors in its no-GDS mode,
+   InstantTensor with its defaults and BUFFERED, Run:ai's streamer with its
+   defaults and the threads and read size gpu-peer-tune.py found fastest)
+   against fgds.safetensors.load_file. Warm and cold, as above.
+3. A sharded checkpoint (--sharded-gib of bf16 tensors of a transformer's
+   shapes in files of at most --shard-mib, with its
+   model.safetensors.index.json): each peer's own way with several files
+   (safetensors: load_file of each; the others: every file in one call), at
+   the setting of that peer that was fastest on the single file of part 2
+   in this run and cache, against fgds.safetensors.load_checkpoint (one
+   call, the files' reads in one batch).
 
 Every figure is the median of --rounds rounds (default 3) with the lowest and
-highest beside it; every result is compared with the reference on the GPU
-(first round). The machine is described from what this program reads:
+highest beside it; the rows of a part and cache take turns, round by round
+(Suite.turns: the virtual disk of the GPU machine reads the suite's file
+faster the more often it served it lately, so rows run one after the other
+would favour the later ones); every result is compared with the reference
+on the GPU (first round). The machine is described from what this program reads:
 /proc/cpuinfo, /proc/meminfo, /proc/mounts, /sys/block, uname, nvidia-smi.
 "Cold" needs /proc/sys/vm/drop_caches (root); where it cannot be written
 the cold rows are left out and the JSON says so (files larger than memory
@@ -36,26 +50,25 @@ this program's warm and cold one call with main's wheel, the code before
 the change the page measures (--only file --rows "fgds one call"; that
 wheel, built as below from a checkout of that code and carried in a folder
 of its own, installed in its own --target ahead of the others on PYTHONPATH,
---json $OUT/gpu-suite-main.json, same --dir; 46 s), then gpu-vec.py
-(--json $OUT/gpu-vec.json), the suite, gpu-vec.py with the wheel of the
-code before the one-copy vectored reads (its own --target, --json
-$OUT/gpu-vec-main.json) and gpu-copy-cost.py last (--file the suite's
-file.bin, --json $OUT/gpu-copy-cost.json), 438 s in all (4 GiB file, 2 GiB
-state dict, 3 rounds); copy all five JSON files to build/bench/ before
-report.py.
+--json $OUT/gpu-suite-main.json, same --dir), then the suite (4 GiB file,
+2 GiB state dict, 4 GiB sharded checkpoint, 3 rounds); copy both JSON
+files to build/bench/ before report.py. (gpu-vec.py and gpu-copy-cost.py,
+whose rows report.py shows after the suite's, are kept from the run before:
+see their headers.)
 
 On the GPU machine (the `run` tool; nothing can be downloaded there), built
-and downloaded here, carried in build/ (ignored by git, named in `carry`):
+and downloaded here, carried in an ignored folder (named in `carry`):
 
-    # the fgds wheel (abi3, glibc 2.34)
+    # the fgds wheel (abi3, glibc 2.34; tools/python/stage-native.sh first)
     (cd tools/python && CARGO_TARGET_DIR=../../build/python-target \\
       maturin build --release -j1 --compatibility manylinux_2_34 \\
       -o ../../build/python-wheels-gpu)
-    # the peers the image lacks (Python 3.12 there; torch, safetensors,
-    # cupy-cuda13x, cuda-toolkit, cuda-pathfinder, nvidia-cufile and typer
-    # are in the image)
+    # the peers the image lacks (Python 3.12 there; torch, safetensors 0.8.0
+    # (the newest release), numpy, cupy-cuda13x, cuda-toolkit,
+    # cuda-pathfinder, nvidia-cufile and typer are in the image)
     for p in kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 rapids-logger==0.3.0 \\
-             fastsafetensors==0.5.0; do
+             fastsafetensors==0.5.0 instanttensor==0.2.2 \\
+             runai-model-streamer==0.17.1 humanize==4.17.0; do
       python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
         --implementation cp --platform manylinux_2_28_x86_64 \\
         --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \\
@@ -63,10 +76,10 @@ and downloaded here, carried in build/ (ignored by git, named in `carry`):
     done
     cp build/python-wheels-gpu/fgds-*.whl build/gpu-whl/
 
-run with carry ["build/gpu-whl"] (7.2 MiB; the tool sends the checkout the
+run with carry ["build/gpu-whl"] (16 MiB; the tool sends the checkout the
 session started in, so a helper working in another worktree copies the
-folder and this program into an ignored folder of that checkout and runs
-them from there) and the command
+folder and this program (with gpu-peer-tune.py) into an ignored folder of
+that checkout and runs them from there) and the command
 
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \\
       build/gpu-whl/*.whl && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 &&
@@ -77,11 +90,13 @@ then copy gpu-suite.json to build/bench/ (and docs/benchmarks/) and run
 report.py.
 
 Usage:
-    gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--rounds N]
-                 [--json OUT] [--only PART,...] [--rows ENGINE,...]
+    gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--sharded-gib N]
+                 [--shard-mib N] [--rounds N] [--json OUT]
+                 [--only file,checkpoint,sharded] [--rows ENGINE,...]
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import mmap
@@ -224,63 +239,98 @@ class Suite:
         self.args = args
         self.rows = []
         self.info = {}
+        self.queue = None
 
     def measure(self, part, name, nbytes, fn, check=None, cache=None, path=None, note=None, prep=None):
         """Runs fn() --rounds times (it returns the result or raises), times
         each round with CPU seconds, checks the first result and records
         one row: median, lowest and highest. `cache` "cold" drops the page
-        cache before every round, "warm" reads `path` once before the first
-        and checks it stayed resident. `prep()` runs before every round,
-        untimed. With --rows, a row not named there is not run."""
-        import torch
-
+        cache before every round, "warm" reads `path` (a file or a list of
+        them) before the row's first round and checks it stayed resident.
+        `prep()` runs before every round, untimed. Inside `with
+        self.turns()` the row waits for the others of the block and they
+        take turns. With --rows, a row not named there is not run."""
         if self.args.rows is not None and name not in self.args.rows.split(","):
             return
         row = {"part": part, "engine": name, "bytes": nbytes, "cache": cache}
         if note:
             row["note"] = note
-        rates, cpus, res = [], [], []
+        entry = {"row": row, "fn": fn, "check": check, "path": path, "prep": prep}
+        if self.queue is not None:
+            self.queue.append(entry)
+        else:
+            self.run_turns([entry])
+
+    @contextlib.contextmanager
+    def turns(self):
+        """The rows measured in the block take turns, round by round (the
+        first round of every row, then the second, ...), so that the
+        machine's drift between rows falls on all of them alike: the cold
+        rows' virtual disk reads the suite's file faster the more often it
+        has served it lately."""
+        self.queue = []
         try:
-            for i in range(self.args.rounds):
-                if prep is not None:
-                    prep()
-                if cache == "cold":
-                    drop_caches()
-                elif cache == "warm" and i == 0 and path:
-                    warm(path)
-                if path:
-                    res.append(resident(path))
-                torch.cuda.synchronize()
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                out = fn()
-                torch.cuda.synchronize()
-                secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-                rates.append(nbytes / secs / 2**20)
-                cpus.append(cpu / (nbytes / 2**30))
-                if i == 0:
-                    if check is not None:
-                        row["identical"] = bool(check(out))
-                    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
-                        row["stats"] = out[1]
-                del out
-            row.update(
-                mib_per_s=statistics.median(rates),
-                mib_per_s_min=min(rates),
-                mib_per_s_max=max(rates),
-                rounds=rates,
-                cpu_s_per_gib=statistics.median(cpus),
-                cpu_rounds=cpus,
-            )
-            if res:
-                row["resident_before"] = res
-        except Exception as e:  # recorded: a peer that fails here is a result
-            row["error"] = f"{type(e).__name__}: {e}".strip()[:400]
-            if self.args.verbose:
-                traceback.print_exc()
-        self.rows.append(row)
-        self.print_row(row)
+            yield
+        finally:
+            q, self.queue = self.queue, None
+            self.run_turns(q)
+
+    def run_turns(self, entries):
+        import torch
+
+        acc = [([], [], []) for _ in entries]
+        for i in range(self.args.rounds):
+            for e, (rates, cpus, res) in zip(entries, acc):
+                row = e["row"]
+                if "error" in row:
+                    continue
+                try:
+                    if e["prep"] is not None:
+                        e["prep"]()
+                    path = e["path"]
+                    paths = [path] if isinstance(path, str) else (path or [])
+                    if row["cache"] == "cold":
+                        drop_caches()
+                    elif row["cache"] == "warm" and i == 0:
+                        for p in paths:
+                            warm(p)
+                    if paths:
+                        res.append(min(resident(p) for p in paths))
+                    torch.cuda.synchronize()
+                    c0, t0 = cpu_seconds(), time.perf_counter()
+                    out = e["fn"]()
+                    torch.cuda.synchronize()
+                    secs, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+                    rates.append(row["bytes"] / secs / 2**20)
+                    cpus.append(cpu / (row["bytes"] / 2**30))
+                    if i == 0:
+                        if e["check"] is not None:
+                            row["identical"] = bool(e["check"](out))
+                        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+                            row["stats"] = out[1]
+                    del out
+                except Exception as ex:  # recorded: a peer that fails here is a result
+                    row["error"] = f"{type(ex).__name__}: {ex}".strip()[:400]
+                    if self.args.verbose:
+                        traceback.print_exc()
+        for e, (rates, cpus, res) in zip(entries, acc):
+            row = e["row"]
+            if "error" not in row:
+                row.update(
+                    mib_per_s=statistics.median(rates),
+                    mib_per_s_min=min(rates),
+                    mib_per_s_max=max(rates),
+                    rounds=rates,
+                    cpu_s_per_gib=statistics.median(cpus),
+                    cpu_rounds=cpus,
+                )
+                if res:
+                    row["resident_before"] = res
+            if len(entries) > 1:
+                row["turns"] = len(entries)
+            self.rows.append(row)
+            self.print_row(row)
         self.save()
-        return row
 
     def save(self):
         """The JSON so far (a run cut short keeps what it measured)."""
@@ -468,8 +518,7 @@ def part_file(s, d):
         f.deregister_handle()
         return t
 
-    caches = ["warm"] + (["cold"] if s.can_drop else [])
-    for cache in caches:
+    def file_rows(s, cache):
         m = lambda name, fn, check=None, **kw: s.measure("file", name, n, fn, check, cache=cache, path=path, **kw)  # noqa: E731
         if cache == "cold":
             m("ceiling: O_DIRECT pread pool (host)", lambda: pool_read(path, n, threads=16))
@@ -486,12 +535,24 @@ def part_file(s, d):
             # the other setting at the top of gpu-tune.py's bounce grid (the default: 4 MiB pieces, 8 MiB parts)
             m("fgds one call, 8M pieces, 8M parts",
               lambda: fgds_read(bounce_chunk_size=8 << 20, bounce_split_size=8 << 20), same)
+        else:
+            # a cold read's pieces and parts are 2 and 4 times the bounce
+            # sizes (8 MiB, 32 MiB); halved here, the page cache path's 4 MiB
+            # and 8 MiB (with up to 4 bounce buffers a thread, 8 MiB / 2 MiB,
+            # where the former default held 2)
+            m("fgds one call, 4M pieces, 8M parts",
+              lambda: fgds_read(bounce_chunk_size=2 << 20, bounce_split_size=2 << 20), same)
         m("fgds batch", fgds_read_batch, same)
         m("read + copy", plain, same)
         m("pinned double-buffered", pinned_double_buffered, same)
         m("KvikIO", kvikio_read, same)
         m("KvikIO, 16 threads", lambda: kvikio_read(16), same)
         m("torch.cuda.gds", torch_gds, same)
+
+    caches = ["warm"] + (["cold"] if s.can_drop else [])
+    for cache in caches:
+        with s.turns():
+            file_rows(s, cache)
     del host
 
     # writes from GPU memory into the page cache (no fsync; the file is the
@@ -533,12 +594,148 @@ def part_file(s, d):
             return torch.equal(torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).cuda(), src)
 
     mw = lambda name, fn: s.measure("write", name, wn, fn, written, cache="page cache", prep=unlink)  # noqa: E731
-    mw("fgds one call", fgds_write)
-    mw("fgds batch", lambda: fgds_write(True))
-    mw("KvikIO", kvikio_write)
-    mw("KvikIO, 16 threads", lambda: kvikio_write(16))
+    with s.turns():
+        mw("fgds one call", fgds_write)
+        mw("fgds batch", lambda: fgds_write(True))
+        mw("KvikIO", kvikio_write)
+        mw("KvikIO, 16 threads", lambda: kvikio_write(16))
     unlink()
     del ref, src
+
+
+# ---------------------------------------------------------------- the loaders
+
+# Each loads every tensor of the safetensors files `paths` into CUDA memory
+# and returns {name: tensor}, the way its documentation says to.
+
+
+class _Env:
+    """Environment variables set for a `with` block (Run:ai's streamer
+    reads its settings from them), then restored."""
+
+    def __init__(self, env):
+        self.env = env or {}
+
+    def __enter__(self):
+        self.old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def load_safetensors(paths, backend=None):
+    """safetensors.torch.load_file(device="cuda") of each file (what
+    transformers does with a sharded checkpoint); `backend` "pread" is
+    0.8.0's other way to read (its default is "mmap")."""
+    import safetensors.torch as st
+
+    kw = {"backend": backend} if backend else {}
+    out = {}
+    for p in paths:
+        out.update(st.load_file(p, device="cuda", **kw))
+    return out
+
+
+def load_fastsafetensors(paths):
+    """fastsafetensors in its no-GDS mode: every file in one loader."""
+    import torch
+    from fastsafetensors import SafeTensorsFileLoader
+
+    loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+    try:
+        loader.add_filenames({0: list(paths)})
+        fb = loader.copy_files_to_device()
+        out = {k: fb.get_tensor(k) for k in loader.get_keys()}
+        torch.cuda.synchronize()
+        return out
+    finally:
+        loader.close()
+
+
+def load_instanttensor(paths, **kw):
+    """InstantTensor's safe_open of every file at once (its README: one
+    call for all the files plans the reads across them); the tensors own
+    their memory (copy=True, its default). `kw`: backend=, io_depth=, ..."""
+    from instanttensor import safe_open
+
+    out = {}
+    with safe_open(list(paths), framework="pt", device=0, **kw) as f:
+        for name, t in f.tensors():
+            out[name] = t
+    return out
+
+
+def load_runai(paths, env=None):
+    """Run:ai's SafetensorsStreamer.stream_files(device="cuda:0") of every
+    file at once; `env`: its RUNAI_STREAMER_* settings."""
+    from runai_model_streamer import SafetensorsStreamer
+
+    with _Env(env):
+        with SafetensorsStreamer() as s:
+            s.stream_files(list(paths), device="cuda:0")
+            return {name: t for name, t in s.get_tensors()}
+
+
+def load_fgds(paths):
+    """fgds.safetensors: load_file of one file, load_files of several (one
+    call)."""
+    import fgds.safetensors as fst
+
+    if len(paths) == 1:
+        return fst.load_file(paths[0], device="cuda", return_stats=True)
+    return fst.load_files(paths, device="cuda", return_stats=True)
+
+
+def _buffered():
+    from instanttensor import BackendPolicy
+
+    return {"backend": BackendPolicy.BUFFERED}
+
+
+# Run:ai's streamer with more threads and larger reads than its defaults (16
+# threads, 2 MiB): the setting of its documented knobs
+# (RUNAI_STREAMER_CONCURRENCY, RUNAI_STREAMER_CHUNK_BYTESIZE) that
+# gpu-peer-tune.py found fastest on the GPU machine, warm and cold (2 GiB:
+# 1420 and 1615 MiB/s against 1158 and 1357 with the defaults; 64 threads
+# or 32 MiB reads no faster). InstantTensor's own documentation says when
+# to take its BUFFERED policy (a model loaded again soon, from the page
+# cache); its other knobs (io_depth=1024, chunk_size=32M) were slower there
+# than its defaults.
+RUNAI_TUNED = {"RUNAI_STREAMER_CONCURRENCY": "32", "RUNAI_STREAMER_CHUNK_BYTESIZE": str(8 << 20)}
+
+
+def _knobs(env):
+    """Run:ai's settings as a row name says them: concurrency=32, chunk=8M."""
+    short = {"RUNAI_STREAMER_CONCURRENCY": "concurrency", "RUNAI_STREAMER_CHUNK_BYTESIZE": "chunk"}
+    return ", ".join(f"{short[k]}={int(v) >> 20}M" if k.endswith("BYTESIZE") else f"{short[k]}={v}"
+                     for k, v in env.items())
+
+
+def peer_settings():
+    """Each peer's settings, {peer: [(row name, loader)]}: its defaults and
+    what its documentation offers for this machine. The suite runs every
+    one on the single file, and each peer at the one fastest there (per
+    cache) on the sharded checkpoint."""
+    return {
+        "safetensors": [
+            ("safetensors load_file(cuda)", lambda ps: load_safetensors(ps)),
+            ("safetensors load_file(cuda), backend=pread", lambda ps: load_safetensors(ps, "pread")),
+        ],
+        "fastsafetensors": [("fastsafetensors (nogds)", load_fastsafetensors)],
+        "InstantTensor": [
+            ("InstantTensor", lambda ps: load_instanttensor(ps)),
+            ("InstantTensor, BUFFERED", lambda ps: load_instanttensor(ps, **_buffered())),
+        ],
+        "Run:ai": [
+            ("Run:ai streamer", lambda ps: load_runai(ps)),
+            (f"Run:ai streamer, {_knobs(RUNAI_TUNED)}", lambda ps: load_runai(ps, RUNAI_TUNED)),
+        ],
+    }
 
 
 # ---------------------------------------------------------------- 2. checkpoints
@@ -595,35 +792,108 @@ def part_checkpoint(s, d):
         got = out[0] if isinstance(out, tuple) else out
         return all(torch.equal(got[k], v) for k, v in tensors.items())
 
-    def fastsafetensors_load():
-        from fastsafetensors import SafeTensorsFileLoader
-
-        loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
-        try:
-            loader.add_filenames({0: [p_st]})
-            fb = loader.copy_files_to_device()
-            out = {k: fb.get_tensor(k) for k in loader.get_keys()}
-            torch.cuda.synchronize()
-            return out
-        finally:
-            loader.close()
-
-    import fgds.safetensors as fst
 
     caches = ["warm"] + (["cold"] if s.can_drop else [])
     for cache in caches:
-        def m(part, name, path, fn, check):
-            return s.measure(part, name, n, fn, check, cache=cache, path=path)
+        with s.turns():
+            def m(part, name, path, fn, check):
+                return s.measure(part, name, n, fn, check, cache=cache, path=path)
 
-        m("checkpoint", "torch.load(cuda)", p_torch, lambda: torch.load(p_torch, map_location="cuda"), same)
-        m("checkpoint", "fgds.torch.load_state_dict", p_fgds,
-          lambda: ft.load_state_dict(p_fgds, "cuda", return_stats=True), same)
-        m("checkpoint", "torch.load of fgds's file", p_fgds, lambda: torch.load(p_fgds, map_location="cuda"), same)
-        m("checkpoint", "torch.cuda.gds recipe", p_fgds, torch_gds_recipe, same)
-        m("safetensors", "safetensors load_file(cuda)", p_st, lambda: st.load_file(p_st, device="cuda"), same_t)
-        m("safetensors", "fastsafetensors (nogds)", p_st, fastsafetensors_load, same_t)
-        m("safetensors", "fgds.safetensors.load_file", p_st,
-          lambda: fst.load_file(p_st, device="cuda", return_stats=True), same_t)
+            m("checkpoint", "torch.load(cuda)", p_torch, lambda: torch.load(p_torch, map_location="cuda"), same)
+            m("checkpoint", "fgds.torch.load_state_dict", p_fgds,
+              lambda: ft.load_state_dict(p_fgds, "cuda", return_stats=True), same)
+            m("checkpoint", "torch.load of fgds's file", p_fgds, lambda: torch.load(p_fgds, map_location="cuda"), same)
+            m("checkpoint", "torch.cuda.gds recipe", p_fgds, torch_gds_recipe, same)
+            for settings in peer_settings().values():
+                for name, fn in settings:
+                    m("safetensors", name, p_st, lambda fn=fn: fn([p_st]), same_t)
+            m("safetensors", "fgds.safetensors.load_file", p_st, lambda: load_fgds([p_st]), same_t)
+
+
+# ---------------------------------------------------------------- 3. a sharded checkpoint
+
+
+def write_sharded(d, total, shard):
+    """A checkpoint as people have them: bf16 tensors of a transformer's
+    shapes (embedding, attention and MLP projections, norms), about
+    `total` bytes in files of at most about `shard` bytes
+    (model-0000i-of-0000n.safetensors) and its model.safetensors.index.json.
+    Returns (the tensors on the GPU, the index's path)."""
+    import torch
+    import safetensors.torch as st
+
+    g = torch.Generator(device="cuda").manual_seed(13)
+    h, ff, vocab = 4096, 11008, 32000
+    shapes = [("model.embed_tokens.weight", (vocab, h))]
+    layer = 0
+    per_layer = (4 * h * h + 3 * h * ff + 2 * h) * 2
+    while (sum(a * b for _, (a, b) in shapes[:1]) * 2) + (layer + 1) * per_layer <= total:
+        p = f"model.layers.{layer}"
+        shapes += [(f"{p}.input_layernorm.weight", (h,))]
+        shapes += [(f"{p}.self_attn.{x}_proj.weight", (h, h)) for x in "qkvo"]
+        shapes += [(f"{p}.post_attention_layernorm.weight", (h,))]
+        shapes += [(f"{p}.mlp.gate_proj.weight", (ff, h)), (f"{p}.mlp.up_proj.weight", (ff, h)),
+                   (f"{p}.mlp.down_proj.weight", (h, ff))]
+        layer += 1
+    shapes += [("model.norm.weight", (h,))]
+    sd = {k: torch.randn(shape, dtype=torch.bfloat16, device="cuda", generator=g) for k, shape in shapes}
+    files, cur, size = [], {}, 0
+    for k, v in sd.items():
+        n = v.numel() * v.element_size()
+        if cur and size + n > shard:
+            files.append(cur)
+            cur, size = {}, 0
+        cur[k] = v
+        size += n
+    files.append(cur)
+    wmap = {}
+    for i, part in enumerate(files):
+        name = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+        st.save_file(part, os.path.join(d, name), metadata={"format": "pt"})
+        wmap.update({k: name for k in part})
+    index = os.path.join(d, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"metadata": {"total_size": sum(v.numel() * v.element_size() for v in sd.values())},
+                   "weight_map": wmap}, f, indent=1)
+    return sd, index
+
+
+def part_sharded(s, d):
+    import fgds.safetensors as fst
+
+    ckpt = os.path.join(d, "sharded")
+    if os.path.isdir(ckpt):
+        for n in os.listdir(ckpt):
+            os.unlink(os.path.join(ckpt, n))
+    os.makedirs(ckpt, exist_ok=True)
+    sd, index = write_sharded(ckpt, s.args.sharded_gib << 30, s.args.shard_mib << 20)
+    files, _ = fst.checkpoint_files(ckpt)
+    n = sum(v.numel() * v.element_size() for v in sd.values())
+    s.info["sharded"] = {"files": [os.path.basename(p) for p in files], "tensors": len(sd),
+                         "sizes": [os.path.getsize(p) for p in files]}
+    import torch
+
+    def same(out):
+        got = out[0] if isinstance(out, tuple) else out
+        return got.keys() == sd.keys() and all(torch.equal(got[k], v) for k, v in sd.items())
+
+    caches = ["warm"] + (["cold"] if s.can_drop else [])
+    for cache in caches:
+        with s.turns():
+            def m(name, fn, note=None):
+                return s.measure("sharded", name, n, fn, same, cache=cache, path=files, note=note)
+
+            for peer, settings in peer_settings().items():
+                # the setting that was fastest on the single file in this run, this cache
+                single = {r["engine"]: r for r in s.rows
+                          if r["part"] == "safetensors" and r.get("cache") == cache and "error" not in r}
+                tried = [(single[name]["mib_per_s"], name, fn) for name, fn in settings if name in single]
+                pick = [max(tried, key=lambda t: t[0])[1:]] if tried else settings
+                for name, fn in pick:
+                    m(name, lambda fn=fn: fn(files),
+                      note=f"{peer}'s fastest setting on the single file, {cache}" if tried else None)
+            m("fgds.safetensors.load_checkpoint", lambda: fst.load_checkpoint(ckpt, device="cuda", return_stats=True))
+    del sd
 
 
 def main():
@@ -631,8 +901,10 @@ def main():
     ap.add_argument("--dir", default=os.path.join(os.getcwd(), "build", "gpu-suite"))
     ap.add_argument("--file-gib", type=int, default=4)
     ap.add_argument("--sd-gib", type=int, default=2)
+    ap.add_argument("--sharded-gib", type=int, default=4, help="the sharded checkpoint's size")
+    ap.add_argument("--shard-mib", type=int, default=1024, help="its files' largest size")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", default="file,checkpoint")
+    ap.add_argument("--only", default="file,checkpoint,sharded")
     # An A/B of a few rows (another wheel, run in the same call as the suite).
     ap.add_argument("--rows", default=None, help="only the rows of these engines, comma separated")
     ap.add_argument("--json", default=None)
@@ -646,7 +918,7 @@ def main():
     s.can_drop = drop_caches()
     info = machine(args.dir)
     versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("fgds", "kvikio", "safetensors", "fastsafetensors"):
+    for mod in ("fgds", "kvikio", "safetensors", "fastsafetensors", "instanttensor", "runai-model-streamer"):
         try:
             from importlib.metadata import version
 
@@ -671,6 +943,9 @@ def main():
         torch.cuda.empty_cache()
     if "checkpoint" in parts:
         part_checkpoint(s, args.dir)
+        torch.cuda.empty_cache()
+    if "sharded" in parts:
+        part_sharded(s, args.dir)
     s.info["complete"] = True
     s.save()
 
