@@ -3,7 +3,8 @@
 #
 # The test command: host-side tests, then every in-guest selftest in the VM
 # (on FGDS_KCONFIG, default debug), then the IOMMU boot (fgds_iommu_test
-# behind QEMU's intel-iommu), then the summary line
+# behind QEMU's intel-iommu), the multipath boot (fgds_io_test through NVMe
+# multipath heads), then the summary line
 #   N passed, N failed[, N skipped]
 # Exit status 0 only when nothing failed.
 set -uo pipefail
@@ -133,6 +134,33 @@ case ",${FGDS_TESTS:-fgds_iommu_test}," in
 	else
 		printf '1..1\nnot ok 1 fgds_iommu_test did not run in the IOMMU boot\n' \
 			>"$results/fgds_iommu_test.tap"
+	fi
+	;;
+esac
+# The multipath boot: the same kernel and machine with NVMe multipath heads
+# (run-vm.sh mpath), for fgds_io_test through them. A developer's FGDS_TESTS
+# runs it only when it names fgds_io_test.
+case ",${FGDS_TESTS:-fgds_io_test}," in
+*,fgds_io_test,*)
+	mpath_ok=1
+	FGDS_TESTS= "$FGDS_VM/run-vm.sh" mpath || mpath_ok=0
+	mvm=$FGDS_BUILD/vm-$FGDS_KCONFIG-mpath
+	mtap=$mvm/out/tap/fgds_io_test.tap
+	# The two-controller head's variant must have run, not skipped.
+	third="fgds_io_test's nvme_multipath variant ran through a head of two paths"
+	if grep -q '^ok .* io\.nvme_multipath\.' "$mtap" 2>/dev/null &&
+		! grep -q 'io\.nvme_multipath\..*# SKIP' "$mtap" &&
+		! grep -q '^not ok' "$mtap"; then
+		third="ok vm-mpath: $third"
+	else
+		third="not ok vm-mpath: $third"
+	fi
+	boot_tap vm-mpath "$mvm" $mpath_ok "$third" >"$results/vm-mpath.tap"
+	if [ -f "$mtap" ]; then
+		cp "$mtap" "$results/fgds_io_test-mpath.tap"
+	else
+		printf '1..1\nnot ok 1 fgds_io_test did not run in the multipath boot\n' \
+			>"$results/fgds_io_test-mpath.tap"
 	fi
 	;;
 esac

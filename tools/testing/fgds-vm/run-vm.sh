@@ -18,6 +18,11 @@
 # x3130 has no ACS, so the kernel uses bus addresses the switch would route,
 # but QEMU sends every DMA through the IOMMU.) Results: build/vm-<cfg>-iommu/.
 #
+# Mode mpath boots it with NVMe multipath heads (nvme_core.multipath=Y; the
+# other modes boot with N, so their namespaces have none): every namespace is
+# then reached through a head, and "fgdsmp" through one of two controllers.
+# Results: build/vm-<cfg>-mpath/.
+#
 # Environment:
 #   FGDS_KCONFIG     release (default) or debug
 #   FGDS_VM_TIMEOUT  watchdog in seconds (default 2700): the VM is killed then
@@ -45,6 +50,9 @@
 #                                     burst of a tenth of it, had served nearly all)
 #                             +- dn6, dn7: NVMes "fgdsmd0" and "fgdsmd1", an md raid0
 #                                     array in the guest (/dev/md_fgds)
+#                             +- dn8, dn9: two NVMe controllers "fgdsmp" of one
+#                                     subsystem ("fgdsmp") sharing one namespace: an NVMe
+#                                     multipath head in the guest (CONFIG_NVME_MULTIPATH)
 #   root port 2 --------------- NVMe "fgdsfar" (shares no switch with the stand-ins:
 #                                     P2P to them is refused)
 # The host checks (barcheck) serve the first stand-in's BAR in out/ and the
@@ -98,6 +106,14 @@ iommu_args=
 # uptime, before anything of fgds runs. Seen in 2 of about 17 debug boots.
 cpu=max,la57=off
 vm=$FGDS_BUILD/vm-$cfg
+# NVMe multipath heads only in mode mpath: QEMU's controllers all report a
+# subsystem of several controllers, so with heads on every namespace would
+# be reached through one, and the other boots test namespaces without.
+mpath_args=" nvme_core.multipath=N"
+if [ "$mode" = mpath ]; then
+	mpath_args=" nvme_core.multipath=Y"
+	vm=$FGDS_BUILD/vm-$cfg-mpath
+fi
 if [ "$mode" = iommu ]; then
 	# Interrupt remapping off: TCG delivers MSIs without it, and with two
 	# vCPUs no x2APIC is needed.
@@ -141,11 +157,12 @@ prepare() {
 	stop_checker
 	rm -rf "$out"
 	mkdir -p "$out/req" "$out/resp" "$out/tap" "$out/bar2/req" "$out/bar2/resp"
-	rm -f "$vm"/nvme[0-5].img "$vram" "$vram2"
+	rm -f "$vm"/nvme[0-6].img "$vram" "$vram2"
 	truncate -s 4G "$vm/nvme0.img"
 	truncate -s 256M "$vm/nvme1.img"
 	truncate -s 64M "$vm/nvme2.img" "$vm/nvme3.img"
 	truncate -s 192M "$vm/nvme4.img" "$vm/nvme5.img"
+	truncate -s 384M "$vm/nvme6.img"
 	truncate -s 512M "$vram"
 	truncate -s 64M "$vram2"
 	"$vm/barcheck" "$vram" serve "$out" &
@@ -176,7 +193,7 @@ append+=" init=/fgds/init panic=-1 vfio.enable_unsafe_noiommu_mode=1 printk.devk
 # interrupt ("timer wakeup didn't happen"), and a one-shot timer is never
 # raised again, so the vCPU slept on; a periodic one is raised every tick.
 append+=" highres=off lapic=notscdeadline"
-append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg$iommu_args"
+append+=" fgdsvm.mode=$mode fgdsvm.kconfig=$cfg$iommu_args$mpath_args"
 # FGDS_STRESS=1: the bounded tests run longer (make stress; guest/check.sh).
 [ "${FGDS_STRESS:-0}" != 1 ] || append+=" fgdsvm.stress=1"
 # FGDS_TESTS=a,b: only those selftests (a developer's shortcut; make check runs all).
@@ -221,6 +238,13 @@ boot() {
 		-device xio3130-downstream,id=dn7,bus=up1,chassis=9,slot=7 \
 		-drive file="$vm/nvme5.img",if=none,id=nvm5,format=raw,cache=unsafe \
 		-device nvme,serial=fgdsmd1,drive=nvm5,bus=dn7 \
+		-device nvme-subsys,id=mpsub,nqn=fgdsmp \
+		-device xio3130-downstream,id=dn8,bus=up1,chassis=10,slot=8 \
+		-device nvme,id=mpc0,serial=fgdsmp,subsys=mpsub,bus=dn8 \
+		-device xio3130-downstream,id=dn9,bus=up1,chassis=11,slot=9 \
+		-device nvme,id=mpc1,serial=fgdsmp,subsys=mpsub,bus=dn9 \
+		-drive file="$vm/nvme6.img",if=none,id=nvm6,format=raw,cache=unsafe \
+		-device nvme-ns,drive=nvm6,bus=mpc0,nsid=1,shared=on \
 		-device pcie-root-port,id=rp2,chassis=7,slot=2 \
 		-drive file="$vm/nvme3.img",if=none,id=nvm3,format=raw,cache=unsafe \
 		-device nvme,serial=fgdsfar,drive=nvm3,bus=rp2 \

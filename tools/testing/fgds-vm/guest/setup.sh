@@ -13,6 +13,8 @@
 #   FGDS_SLOW      an NVMe namespace whose reads QEMU throttles (8 MiB/s)
 #   FGDS_FAR       an NVMe namespace on its own root port: no P2P to the stand-ins
 #   FGDS_MD        an md raid0 array over two NVMes below the stand-ins' switch
+#   FGDS_MPATH     an NVMe multipath head over two controllers below that switch
+#                  (the multipath boot only)
 
 fgds_die() { echo "fgds-guest: setup: $*"; exit 1; }
 
@@ -79,6 +81,28 @@ done
 echo active >$m/array_state || fgds_die "md: starting the array failed"
 [ -b /dev/md_fgds ] || fgds_die "md: no /dev/md_fgds"
 export FGDS_MD=/dev/md_fgds
+
+# The multipath boot (run-vm.sh mpath: nvme_core.multipath=Y) reaches every
+# namespace through a head (QEMU's controllers report a subsystem of several
+# controllers); subsystem "fgdsmp" has two controllers sharing one namespace,
+# and its head is FGDS_MPATH. The other boots have no heads (multipath=N).
+read -r mpath </sys/module/nvme_core/parameters/multipath 2>/dev/null || mpath=N
+if [ "$mpath" = Y ]; then
+	head=
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+			read -r nqn <"$s/subsysnqn" 2>/dev/null || continue
+			case $nqn in *:fgdsmp) ;; *) continue ;; esac
+			for d in "$s"/nvme*n1; do
+				[ -b "/dev/${d##*/}" ] && head=/dev/${d##*/}
+			done
+		done
+		[ -n "$head" ] && break
+		sleep 1
+	done
+	[ -n "$head" ] || fgds_die "no NVMe multipath head of subsystem fgdsmp"
+	export FGDS_MPATH=$head
+fi
 
 # raw 1 GiB, ext4 1.5 GiB, xfs the rest
 sfdisk -q "$FGDS_NVME" >/dev/null <<PART || fgds_die "sfdisk $FGDS_NVME failed"

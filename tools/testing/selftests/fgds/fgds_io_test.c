@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Data through /dev/fgds0 mappings, on a raw NVMe partition, ext4, xfs and an
- * md raid0 array of two NVMes (64 KiB chunks: requests split across both):
+ * Data through /dev/fgds0 mappings, on a raw NVMe partition, ext4, xfs, an
+ * md raid0 array of two NVMes (64 KiB chunks: requests split across both) and
+ * an NVMe multipath head over two controllers sharing a namespace:
  * O_DIRECT pread/pwrite/preadv/pwritev and io_uring READ/WRITE/READV/WRITEV,
  * every byte checked from the host, in the GPU stand-in's BAR file.
  * And the refusals: devices that cannot do P2P DMA get EREMOTEIO and
@@ -57,6 +58,8 @@ FIXTURE_VARIANT_ADD(io, ext4) { .env = "FGDS_EXT4", .is_dir = 1 };
 FIXTURE_VARIANT_ADD(io, xfs) { .env = "FGDS_XFS", .is_dir = 1 };
 /* md raid0 over two NVMes below the switch: it advertises P2PDMA in 7.2. */
 FIXTURE_VARIANT_ADD(io, md_raid0) { .env = "FGDS_MD", .is_dir = 0 };
+/* An NVMe multipath head over two controllers below the switch: so does it. */
+FIXTURE_VARIANT_ADD(io, nvme_multipath) { .env = "FGDS_MPATH", .is_dir = 0 };
 
 FIXTURE_SETUP(io)
 {
