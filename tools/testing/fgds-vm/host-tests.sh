@@ -103,6 +103,25 @@ check "kunit-tap passes fgds's doctests and names a failed upstream one" \
 check "kunit-tap skips a kernel built without doctests" \
 	sh -c "python3 '$FGDS_VM/kunit-tap.py' '$tmp/k.log' '$tmp/none' | grep -q '# SKIP'"
 
+# The GPU stand-in's runtime (tools/testing/fgds-gpurt) over a file standing
+# in for the BAR: each of its results, and that it builds warning-free.
+if make -s -C "$FGDS_TOP/tools/testing/fgds-gpurt" O="$tmp/gpurt" >"$tmp/gpurt.log" 2>&1; then
+	ok "fgds-gpurt builds without warnings"
+	timeout 120 "$tmp/gpurt/gpurt_test" >"$tmp/gpurt.tap" 2>&1
+	rc=$?
+	while read -r line; do
+		case $line in
+		"ok "*) ok "fgds-gpurt: ${line#ok [0-9]* }" ;;
+		"not ok "*) notok "fgds-gpurt: ${line#not ok [0-9]* }" ;;
+		esac
+	done <"$tmp/gpurt.tap"
+	check "fgds-gpurt: gpurt_test ran every result and exited 0 (status $rc)" \
+		sh -c "[ $rc -eq 0 ] && [ \$(grep -c '^ok ' '$tmp/gpurt.tap') -eq \$(sed -n 's/^1\.\.//p' '$tmp/gpurt.tap') ]"
+else
+	notok "fgds-gpurt builds without warnings"
+	sed 's/^/# /' "$tmp/gpurt.log" | tail -n 20
+fi
+
 # The user-space library and CLI (tools/): its own tests, lints and format.
 if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && [ "${FGDS_SKIP_CARGO:-0}" != 1 ]; then
 	if ! command -v cargo >/dev/null; then
