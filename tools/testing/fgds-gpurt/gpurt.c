@@ -69,13 +69,13 @@ struct alloc {
 	bool exported;
 };
 
-struct gpurt_stream;
+struct CUstream_st;
 
-struct gpurt_ctx {
+struct CUctx_st {
 	struct gpurt_dev *dev;
 	int refs;
-	struct gpurt_stream *legacy;
-	struct gpurt_stream *streams;	/* every stream of the context */
+	struct CUstream_st *legacy;
+	struct CUstream_st *streams;	/* every stream of the context */
 };
 
 struct gpurt_dev {
@@ -89,13 +89,13 @@ struct gpurt_dev {
 	uint64_t bar_size;
 	uint64_t va;		/* device pointers: va + BAR offset */
 	struct alloc *allocs;	/* by offset */
-	struct gpurt_ctx ctx;	/* the primary context */
+	struct CUctx_st ctx;	/* the primary context */
 };
 
 enum op_kind { OP_MARK, OP_HTOD, OP_DTOH, OP_SET8, OP_SET32, OP_HOSTFN, OP_WAIT32 };
 
 struct dep {
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 	uint64_t until;
 };
 
@@ -114,10 +114,10 @@ struct op {
 	struct dep deps[];
 };
 
-struct gpurt_stream {
+struct CUstream_st {
 	uint32_t magic;
-	struct gpurt_ctx *ctx;
-	struct gpurt_stream *next;	/* in ctx->streams */
+	struct CUctx_st *ctx;
+	struct CUstream_st *next;	/* in ctx->streams */
 	unsigned int flags;
 	bool legacy;
 	bool dead;
@@ -126,10 +126,10 @@ struct gpurt_stream {
 	pthread_t thread;
 };
 
-struct gpurt_event {
+struct CUevent_st {
 	uint32_t magic;
-	struct gpurt_ctx *ctx;
-	struct gpurt_stream *s;	/* NULL until recorded */
+	struct CUctx_st *ctx;
+	struct CUstream_st *s;	/* NULL until recorded */
 	uint64_t ticket;
 };
 
@@ -137,7 +137,7 @@ struct pinned {
 	struct pinned *next;
 	uint8_t *p;
 	size_t n;
-	struct gpurt_ctx *ctx;
+	struct CUctx_st *ctx;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -150,7 +150,7 @@ static struct gpurt_dev devs[GPURT_MAX_DEVS];
 static struct pinned *pinned;
 static long page_size;
 
-static __thread struct gpurt_ctx *cur_ctx;
+static __thread struct CUctx_st *cur_ctx;
 static __thread int hip_dev;
 static __thread bool in_host_fn;
 
@@ -427,9 +427,9 @@ static struct pinned *find_pinned(const void *p, size_t n)
 
 static void *stream_thread(void *arg);
 
-static struct gpurt_stream *stream_new(struct gpurt_ctx *ctx, unsigned int flags, bool legacy)
+static struct CUstream_st *stream_new(struct CUctx_st *ctx, unsigned int flags, bool legacy)
 {
-	struct gpurt_stream *s = calloc(1, sizeof(*s));
+	struct CUstream_st *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
@@ -447,7 +447,7 @@ static struct gpurt_stream *stream_new(struct gpurt_ctx *ctx, unsigned int flags
 	return s;
 }
 
-static bool blocking(const struct gpurt_stream *s)
+static bool blocking(const struct CUstream_st *s)
 {
 	return !s->legacy && !(s->flags & CU_STREAM_NON_BLOCKING);
 }
@@ -456,9 +456,9 @@ static bool blocking(const struct gpurt_stream *s)
  * The stream a call names: NULL and CU_STREAM_LEGACY the current context's
  * legacy default stream, else a live stream of this runtime. The lock is held.
  */
-static struct gpurt_stream *stream_of(const char *fn, CUstream h, CUresult *err)
+static struct CUstream_st *stream_of(const char *fn, CUstream h, CUresult *err)
 {
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (h == CU_STREAM_PER_THREAD)
 		die(fn, "the per-thread default stream");
@@ -485,7 +485,7 @@ static struct gpurt_stream *stream_of(const char *fn, CUstream h, CUresult *err)
 }
 
 /* Queues @o on @s, after what it must wait for; returns its ticket. The lock is held. */
-static uint64_t enqueue(struct gpurt_stream *s, struct op *o)
+static uint64_t enqueue(struct CUstream_st *s, struct op *o)
 {
 	o->ticket = ++s->enqueued;
 	o->next = NULL;
@@ -498,19 +498,19 @@ static uint64_t enqueue(struct gpurt_stream *s, struct op *o)
 	return o->ticket;
 }
 
-static struct op *op_new(const char *fn, struct gpurt_stream *s, enum op_kind kind)
+static struct op *op_new(const char *fn, struct CUstream_st *s, enum op_kind kind)
 {
 	int n = 0;
 	struct op *o;
 
-	for (struct gpurt_stream *t = s->ctx->streams; t; t = t->next)
+	for (struct CUstream_st *t = s->ctx->streams; t; t = t->next)
 		n++;
 	o = calloc(1, sizeof(*o) + n * sizeof(o->deps[0]));
 	if (!o)
 		die(fn, "out of host memory");
 	o->kind = kind;
 	/* The legacy stream waits for the blocking streams' earlier work, they for its. */
-	for (struct gpurt_stream *t = s->ctx->streams; t; t = t->next) {
+	for (struct CUstream_st *t = s->ctx->streams; t; t = t->next) {
 		if (t == s || t->done == t->enqueued)
 			continue;
 		if ((s->legacy && blocking(t)) || (blocking(s) && t->legacy))
@@ -519,7 +519,7 @@ static struct op *op_new(const char *fn, struct gpurt_stream *s, enum op_kind ki
 	return o;
 }
 
-static void wait_ticket(struct gpurt_stream *s, uint64_t ticket)
+static void wait_ticket(struct CUstream_st *s, uint64_t ticket)
 {
 	while (s->done < ticket)
 		pthread_cond_wait(&progress, &lock);
@@ -587,7 +587,7 @@ static void run(struct op *o)
 
 static void *stream_thread(void *arg)
 {
-	struct gpurt_stream *s = arg;
+	struct CUstream_st *s = arg;
 
 	pthread_mutex_lock(&lock);
 	for (;;) {
@@ -853,7 +853,7 @@ __export CUresult cuMemFreeHost(void *p)
 
 __export CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
 {
-	struct gpurt_ctx *ctx = NULL;
+	struct CUctx_st *ctx = NULL;
 	struct gpurt_dev *d;
 	struct pinned *h;
 
@@ -942,7 +942,8 @@ static CUresult export(const char *fn, void *handle, uint64_t p, size_t size, in
 #endif
 	if (fd < 0) {
 		fprintf(stderr, "fgds-gpurt: %s: %s of %s [%#llx, +%#zx): %s\n", fn,
-			"VFIO_DEVICE_FEATURE_DMA_BUF", d->name, (unsigned long long)(p - d->va), size, strerror(-fd));
+			"VFIO_DEVICE_FEATURE_DMA_BUF", d->name,
+			(unsigned long long)(p - d->va), size, strerror(-fd));
 		return CUDA_ERROR_UNKNOWN;
 	}
 	a->exported = true;
@@ -966,7 +967,7 @@ __export CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, 
  * Queues a copy or fill of device memory [p, p + n) on @s; with @wait, or
  * for a copy from or to pageable memory, returns once it ran. The lock is held.
  */
-static CUresult device_op(const char *fn, struct gpurt_stream *s, enum op_kind kind, uint64_t p,
+static CUresult device_op(const char *fn, struct CUstream_st *s, enum op_kind kind, uint64_t p,
 			  void *host, size_t n, size_t bytes, uint32_t value, bool wait)
 {
 	struct gpurt_dev *d;
@@ -998,7 +999,7 @@ static CUresult device_op(const char *fn, struct gpurt_stream *s, enum op_kind k
 __export CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemcpyHtoD_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1012,7 +1013,7 @@ __export CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 __export CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemcpyDtoH_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1025,7 +1026,7 @@ __export CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 __export CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemcpyHtoDAsync_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1039,7 +1040,7 @@ __export CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t 
 __export CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemcpyDtoHAsync_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1053,7 +1054,7 @@ __export CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUs
 __export CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemsetD8Async"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1066,7 +1067,7 @@ __export CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, C
 __export CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuMemsetD32Async"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1098,7 +1099,7 @@ __export CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 }
 
 /* What a wait for @s waits for: on the legacy stream, the blocking streams' work too. */
-static uint64_t sync_ticket(const char *fn, struct gpurt_stream *s)
+static uint64_t sync_ticket(const char *fn, struct CUstream_st *s)
 {
 	if (s->legacy)
 		return enqueue(s, op_new(fn, s, OP_MARK));
@@ -1108,7 +1109,7 @@ static uint64_t sync_ticket(const char *fn, struct gpurt_stream *s)
 __export CUresult cuStreamSynchronize(CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuStreamSynchronize"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1122,7 +1123,7 @@ __export CUresult cuStreamSynchronize(CUstream h)
 __export CUresult cuStreamDestroy_v2(CUstream h)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 
 	if (!cu_enter("cuStreamDestroy_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1141,7 +1142,7 @@ __export CUresult cuStreamDestroy_v2(CUstream h)
 __export CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 	struct op *o;
 
 	if (!cu_enter("cuLaunchHostFunc"))
@@ -1162,7 +1163,7 @@ static CUresult wait_value32(const char *fn, CUstream h, CUdeviceptr addr, uint3
 			     unsigned int flags)
 {
 	CUresult err = 0;
-	struct gpurt_stream *s;
+	struct CUstream_st *s;
 	struct gpurt_dev *d;
 	struct op *o;
 
@@ -1199,7 +1200,7 @@ __export CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, uint32_t 
 
 __export CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 {
-	struct gpurt_event *e;
+	struct CUevent_st *e;
 
 	if (!cu_enter("cuEventCreate"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1219,7 +1220,7 @@ __export CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 	return unlock_ret(CUDA_SUCCESS);
 }
 
-static struct gpurt_event *event_of(const char *fn, CUevent e)
+static struct CUevent_st *event_of(const char *fn, CUevent e)
 {
 	if (!e || e->magic != EVENT_MAGIC)
 		die(fn, "%p is not an event of this runtime", (void *)e);
@@ -1228,8 +1229,8 @@ static struct gpurt_event *event_of(const char *fn, CUevent e)
 
 __export CUresult cuEventRecord(CUevent h, CUstream hs)
 {
-	struct gpurt_event *e;
-	struct gpurt_stream *s;
+	struct CUevent_st *e;
+	struct CUstream_st *s;
 	CUresult err = 0;
 
 	if (!cu_enter("cuEventRecord"))
@@ -1248,7 +1249,7 @@ __export CUresult cuEventRecord(CUevent h, CUstream hs)
 
 __export CUresult cuEventSynchronize(CUevent h)
 {
-	struct gpurt_event *e;
+	struct CUevent_st *e;
 
 	if (!cu_enter("cuEventSynchronize"))
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -1394,8 +1395,8 @@ __export hipError_t hipMemGetHandleForAddressRange(void *handle, hipDeviceptr_t 
 /* A synchronous HIP copy: on the legacy stream of the memory's device. */
 static hipError_t hip_copy(const char *fn, enum op_kind kind, uint64_t p, void *host, size_t n)
 {
-	struct gpurt_ctx *saved = cur_ctx;
-	struct gpurt_stream *s;
+	struct CUctx_st *saved = cur_ctx;
+	struct CUstream_st *s;
 	struct gpurt_dev *d;
 	CUresult err = 0;
 

@@ -15,9 +15,9 @@
 typedef int CUresult;
 typedef int CUdevice;
 typedef uint64_t CUdeviceptr;
-typedef struct gpurt_ctx *CUcontext;
-typedef struct gpurt_stream *CUstream;
-typedef struct gpurt_event *CUevent;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef void (*CUhostFn)(void *user);
 
 #define CUDA_SUCCESS			0
