@@ -65,7 +65,7 @@ done
 # where they were built before the lifetime, stress, fuzz and exporter runs.
 tests="fixture_test fgds_api_test fgds_io_test fgds_module_test"
 [ -z "$libfgds" ] || tests+=" libfgds_test gpurt_io_test"
-[ -z "$libcufile" ] || tests+=" cufile_vm_test"
+[ -z "$libcufile" ] || tests+=" cufile_vm_test cufile_gpurt_test"
 [ -z "$cli" ] || tests+=" fgds_cli_test"
 tests+=" fgds_lifetime_test fgds_stress fgds_fuzz fgds_exporter_test"
 
