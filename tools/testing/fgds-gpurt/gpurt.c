@@ -27,7 +27,10 @@
  * vfio-pci or file:PATH (a file standing in for the BAR, for tests on a
  * machine without the VM: no dma-buf export there); by default every
  * ivshmem (1af4:1110) bound to vfio-pci. FGDS_GPURT_VERBOSE=1 says why
- * each failing call failed.
+ * each failing call failed. FGDS_GPURT_LOG=FILE appends a line per
+ * allocation and free ("alloc ORDINAL BAR_OFFSET SIZE", "free ORDINAL
+ * BAR_OFFSET"), so that a test can check the bytes of a program's memory
+ * in the BAR after it exited.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -745,12 +748,29 @@ __export CUresult cuCtxSetCurrent(CUcontext ctx)
 	return unlock_ret(CUDA_SUCCESS);
 }
 
+/* FGDS_GPURT_LOG: where the allocations lie in the BAR. The lock is held. */
+static void log_mem(const char *what, const struct gpurt_dev *d, const struct alloc *a)
+{
+	const char *path = getenv("FGDS_GPURT_LOG");
+	FILE *f = path ? fopen(path, "a") : NULL;
+
+	if (!f)
+		return;
+	if (*what == 'a')
+		fprintf(f, "alloc %d %llu %llu\n", d->ordinal, (unsigned long long)a->off,
+			(unsigned long long)a->size);
+	else
+		fprintf(f, "free %d %llu\n", d->ordinal, (unsigned long long)a->off);
+	fclose(f);
+}
+
 static CUresult mem_alloc(const char *fn, struct gpurt_dev *d, uint64_t *out, size_t n)
 {
 	struct alloc *a = alloc_new(d, n);
 
 	if (!a)
 		return fail(fn, CUDA_ERROR_OUT_OF_MEMORY, "%zu bytes on %s", n, d->name);
+	log_mem("alloc", d, a);
 	*out = d->va + a->off;
 	return CUDA_SUCCESS;
 }
@@ -776,6 +796,7 @@ static CUresult mem_free(const char *fn, uint64_t p)
 		return fail(fn, CUDA_ERROR_INVALID_VALUE, "%#llx is no allocation's base",
 			    (unsigned long long)p);
 	a->live = false;
+	log_mem("free", d, a);
 	if (a->exported)
 		return CUDA_SUCCESS;	/* an importer may hold it: never reused */
 	for (pp = &d->allocs; *pp != a; pp = &(*pp)->next)

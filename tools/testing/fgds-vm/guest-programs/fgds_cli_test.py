@@ -15,6 +15,12 @@ opens it through vfio-pci itself. Two verdicts are tested:
   with EINVAL, `fgds check` exits 1, `fgds validate` exits 1 with the
   kernel's refusal as the blocker and still runs the host and bounce rows.
 
+`fgds validate` also runs with no --dmabuf, on the CUDA device the GPU
+stand-in's runtime (tools/testing/fgds-gpurt) makes of the stand-in: its
+memory registered through the library's runtime path, the report
+p2p-verified, its bytes checked by the host where the runtime's log says the
+allocation lay in the BAR.
+
 Neither command may leave a file behind or write one it did not create.
 Output: TAP. Needs the fgds VM (FGDS_GPU_BDF, FGDS_EXT4, FGDS_FAR) and the
 CLI next to this program (build-tests.sh copies it) or in FGDS_CLI.
@@ -32,8 +38,9 @@ HOST_DIR = "/fgds/out"
 EINVAL = 22
 
 
-def fgds(*args, timeout=900):
-    p = subprocess.run([FGDS, *args], capture_output=True, text=True, timeout=timeout)
+def fgds(*args, timeout=900, env=None):
+    p = subprocess.run([FGDS, *args], capture_output=True, text=True, timeout=timeout,
+                       env=None if env is None else {**os.environ, **env})
     return p.returncode, p.stdout, p.stderr
 
 
@@ -223,6 +230,54 @@ def test_validate_p2p_pair_verified_and_checked_from_the_host(e):
             os.unlink(out_json)
 
 
+def test_validate_cuda_device_p2p_verified_and_checked_from_the_host(e):
+    """No --dmabuf: the CLI allocates with CUDA, the GPU stand-in's runtime
+    (tools/testing/fgds-gpurt, next to this program in gpurt/), whose log says
+    where its memory lay in the BAR."""
+    d = e["FGDS_EXT4"]
+    log = "/tmp/fgds-gpurt-validate.log"
+    if os.path.exists(log):
+        os.unlink(log)
+    before = sorted(os.listdir(d))
+    rt = {"LD_LIBRARY_PATH": os.path.join(HERE, "gpurt", "cuda"),
+          "FGDS_GPURT_DEVICES": e["FGDS_GPU_BDF"], "FGDS_GPURT_LOG": log}
+    try:
+        rc, out, err = fgds("validate", "--dir", d, "--size", "4M", "--bench-size", "32M",
+                            "--seed", "4343", "--json", "-", env=rt)
+        expect(rc == 0, f"validate exit {rc}, want 0\n{out}\n{err}")
+        r = json.loads(out)
+        expect(r["verdict"] == "p2p-verified" and r["exit_code"] == 0, r["verdict"])
+        steps = {s["name"]: s for s in r["steps"]}
+        for n in ["check", "register", "p2p read pread", "p2p read preadv", "p2p read io_uring",
+                  "p2p read engine", "p2p write (pwrite, pwritev, io_uring, engine)",
+                  "teardown with reads in flight"]:
+            expect(n in steps and steps[n]["status"] == "pass", f"step {n}: {steps.get(n)}")
+        expect(not any(s["status"] == "fail" for s in r["steps"]), r["steps"])
+        expect(len(r["gpus"]) == 1, r["gpus"])
+        g = r["gpus"][0]
+        expect(g["source"] == "cuda" and g["pci_address"] == e["FGDS_GPU_BDF"] and
+               g["fgds_node"] and g["probe"] == "ok", g)
+        rows = {(t["memory"], t["path"]): t for t in r["throughput"]}
+        for p in ["pread", "preadv", "io_uring", "engine"]:
+            expect(("gpu", p) in rows and rows[("gpu", p)]["bytes"] == 32 << 20,
+                   f"throughput rows: {list(rows)}")
+        # From outside the guest: validate's allocation (the largest) holds what
+        # the report says.
+        with open(log) as f:
+            allocs = [ln.split() for ln in f if ln.startswith("alloc ")]
+        expect(allocs, "the runtime logged no allocation")
+        base = max(allocs, key=lambda a: int(a[3]))
+        expect(base[1] == "0", f"allocation on device {base[1]}")
+        expect(len(r["host_check"]) == 6, r["host_check"])
+        for h in r["host_check"]:
+            ans = host_req("check", h["seed"], int(base[2]) + h["gpu_offset"], h["len"], h["pos"])
+            expect(ans == "ok", f"{h['what']}: host: {ans}")
+        expect(sorted(os.listdir(d)) == before, f"left behind: {leftovers(d)}")
+    finally:
+        if os.path.exists(log):
+            os.unlink(log)
+
+
 def test_validate_far_nvme_is_blocked_and_runs_the_rest(e):
     mnt = "/mnt/fgds-far"
     os.makedirs(mnt, exist_ok=True)
@@ -267,6 +322,7 @@ TESTS = [
     test_check_far_nvme_probe_is_refused,
     test_check_missing_file_is_an_error,
     test_validate_p2p_pair_verified_and_checked_from_the_host,
+    test_validate_cuda_device_p2p_verified_and_checked_from_the_host,
     test_validate_far_nvme_is_blocked_and_runs_the_rest,
     test_validate_never_overwrites_its_json,
 ]
