@@ -41,6 +41,19 @@ if [ -f "$FGDS_TOP/tools/Cargo.toml" ] && command -v cargo >/dev/null; then
 	ln -sf libcufile.so.0 "$FGDS_ROOT/fgds/lib/libcufile.so"
 	libcufile=/fgds/lib
 fi
+# The Python package (tools/python: abi3, so the guest's newer python3
+# imports it) for its in-guest test on the GPU stand-in's CUDA runtime:
+# the package's Python files and the extension, in /fgds/python/fgds.
+pyfgds=
+if [ -f "$FGDS_TOP/tools/python/Cargo.toml" ] && command -v cargo >/dev/null; then
+	(cd "$FGDS_TOP/tools/python" && cargo build --release -q --features extension-module) ||
+		die "building tools/python's extension failed"
+	rm -rf "$FGDS_ROOT/fgds/python"
+	mkdir -p "$FGDS_ROOT/fgds/python"
+	cp -r "$FGDS_TOP/tools/python/python/fgds" "$FGDS_ROOT/fgds/python/"
+	cp "$CARGO_TARGET_DIR/release/lib_fgds.so" "$FGDS_ROOT/fgds/python/fgds/_fgds.abi3.so"
+	pyfgds=/fgds/python
+fi
 # The selftests build where a kernel tree has them (their Makefile includes
 # ../lib.mk): laid over the root's tree as build-kernel.sh lays the overlay,
 # from what git has (not the output of an in-tree make), copying what
@@ -67,6 +80,7 @@ tests="fixture_test fgds_api_test fgds_io_test fgds_module_test"
 [ -z "$libfgds" ] || tests+=" libfgds_test gpurt_io_test"
 [ -z "$libcufile" ] || tests+=" cufile_vm_test cufile_gpurt_test"
 [ -z "$cli" ] || tests+=" fgds_cli_test"
+[ -z "$pyfgds" ] || tests+=" fgds_python_gpurt_test"
 tests+=" fgds_lifetime_test fgds_stress fgds_fuzz fgds_exporter_test"
 
 inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/null &&
@@ -76,7 +90,7 @@ inroot sh -c "make -s -C /fgds/linux O=/fgds/kbuild-$cfg LLVM=1 headers >/dev/nu
 	make -s -C /fgds/src/tools/testing/fgds-vm/guest-programs \
 		KSFT=/fgds/linux/tools/testing/selftests \
 		KHDR=/fgds/kbuild-$cfg/usr/include LIBFGDS=$libfgds LIBCUFILE=$libcufile \
-		FGDS_CLI=$cli O=$out" ||
+		FGDS_CLI=$cli PYFGDS=$pyfgds O=$out" ||
 	die "building the selftests failed"
 
 # Every kernel selftest is in the list (fgds_iommu_test in the IOMMU boot's,

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""The Python package (tools/python) on CUDA memory, P2P, in the VM.
+
+The guest's python3 imports the package built on the host (abi3, next to
+this program in python/); the CUDA runtime is the GPU stand-in's
+(tools/testing/fgds-gpurt, in gpurt/cuda/). Memory from its cuMemAlloc goes
+to fgds.File as a Buffer.from_cuda and as an object with
+__cuda_array_interface__ (torch's and CuPy's way): the buffer must be P2P,
+reads and a stream-ordered read land in the BAR (checked by the host),
+a write from a range the host filled reaches the file, and the statistics
+count every byte direct, none bounced.
+
+Output: TAP. Needs the fgds VM (FGDS_GPU_BDF, FGDS_EXT4).
+"""
+import ctypes
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CUDA_DIR = os.path.join(HERE, "gpurt", "cuda")
+HOST_DIR = "/fgds/out"
+M64 = (1 << 64) - 1
+MIB = 1 << 20
+
+# The library dlopens libcuda.so.1 by name: the search path must hold the
+# stand-in's before the interpreter starts.
+if CUDA_DIR not in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+    os.environ["LD_LIBRARY_PATH"] = CUDA_DIR
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+class Fail(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def pattern(seed, length):
+    """Bytes 0..length of stream seed, as fgds_pattern.h makes them."""
+    out = bytearray()
+    for idx in range((length + 7) // 8):
+        z = (seed * 0xd1b54a32d192ed03 + (idx + 1) * 0x9e3779b97f4a7c15) & M64
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+        out += (z ^ (z >> 31)).to_bytes(8, "little")
+    return bytes(out[:length])
+
+
+def host_req(op, seed, bar_off, length, pos):
+    """Asks the host's checker (fgds_host.h's protocol): its answer."""
+    name = f"{os.getpid()}-py-{time.monotonic_ns()}"
+    req = os.path.join(HOST_DIR, "req", name)
+    resp = os.path.join(HOST_DIR, "resp", name)
+    with open(req + "~", "w") as f:
+        f.write(f"{op} {seed} {bar_off} {length} {pos}\n")
+    os.rename(req + "~", req)
+    start = time.monotonic()
+    while time.monotonic() - start < 120:
+        try:
+            with open(resp) as f:
+                ans = f.readline().strip()
+            os.unlink(resp)
+            return ans
+        except FileNotFoundError:
+            time.sleep(0.01)
+    return "no answer from the host checker in 120 s"
+
+
+class Cuda:
+    """The stand-in's driver API through ctypes: the calls the test needs."""
+
+    def __init__(self, bdf):
+        os.environ["FGDS_GPURT_DEVICES"] = bdf
+        self.lib = ctypes.CDLL(os.path.join(CUDA_DIR, "libcuda.so.1"))
+        ctx = ctypes.c_void_p()
+        self.call("cuInit", 0)
+        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
+        self.call("cuCtxSetCurrent", ctx)
+
+    def call(self, name, *args):
+        r = getattr(self.lib, name)(*args)
+        expect(r == 0, f"{name} returned {r}")
+
+    def alloc(self, size):
+        p = ctypes.c_uint64()
+        self.call("cuMemAlloc_v2", ctypes.byref(p), ctypes.c_size_t(size))
+        return p.value
+
+    def bar_offset(self, dptr):
+        ordinal, off = ctypes.c_int(), ctypes.c_uint64()
+        r = self.lib.fgds_gpurt_bar_offset(ctypes.c_uint64(dptr), ctypes.byref(ordinal),
+                                           ctypes.byref(off))
+        expect(r == 0 and ordinal.value == 0, f"{dptr:#x} is in no allocation")
+        return off.value
+
+    def stream(self):
+        s = ctypes.c_void_p()
+        self.call("cuStreamCreate", ctypes.byref(s), 0)
+        return s
+
+
+class CudaArray:
+    """What torch and CuPy hand over: __cuda_array_interface__, bytes."""
+
+    def __init__(self, ptr, size):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+def setup(e):
+    import fgds  # noqa: F401 (the guest's interpreter imports it, or the test fails)
+    path = os.path.join(e["FGDS_EXT4"], "fgds-python-gpurt")
+    with open(path, "wb") as f:
+        f.write(pattern(0x77, 2 * MIB))
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def test_buffer_from_cuda_reads_p2p(e, cu, dptr, path):
+    import fgds
+    off = cu.bar_offset(dptr)
+    with fgds.Buffer.from_cuda(dptr, 4 * MIB) as buf, fgds.File(path, "r", strict=True) as f:
+        expect(buf.kind == "cuda", buf.kind)
+        expect(buf.is_p2p, f"not P2P: {buf.p2p_unavailable_reason}")
+        expect(f.pread(buf, MIB, file_offset=MIB, buf_offset=2 * MIB) == MIB, "short read")
+        ans = host_req("check", 0x77, off + 2 * MIB, MIB, MIB)
+        expect(ans == "ok", f"host: {ans}")
+        st = f.stats()
+        expect(st["direct_bytes"] == MIB and st["bounce_bytes"] == 0, st)
+
+
+def test_cuda_array_interface_both_ways(e, cu, dptr, path):
+    import fgds
+    off = cu.bar_offset(dptr)
+    arr = CudaArray(dptr + 3 * MIB, MIB)
+    with fgds.File(path, "r+", strict=True) as f:
+        expect(f.pread(arr, MIB, file_offset=0) == MIB, "short read")
+        ans = host_req("check", 0x77, off + 3 * MIB, MIB, 0)
+        expect(ans == "ok", f"host: {ans}")
+        ans = host_req("fill", 0x78, off + 3 * MIB, MIB, 0)
+        expect(ans == "ok", f"host fill: {ans}")
+        expect(f.pwrite(arr, MIB, file_offset=MIB) == MIB, "short write")
+        st = f.stats()
+        expect(st["direct_bytes"] == 2 * MIB and st["bounce_bytes"] == 0, st)
+    with open(path, "rb") as f:
+        f.seek(MIB)
+        expect(f.read(MIB) == pattern(0x78, MIB), "the file does not hold the BAR's bytes")
+
+
+def test_read_on_stream(e, cu, dptr, path):
+    import fgds
+    off = cu.bar_offset(dptr)
+    s = cu.stream()
+    with fgds.Buffer.from_cuda(dptr, 4 * MIB) as buf, fgds.File(path, "r", strict=True) as f:
+        fut = f.read_on_stream(buf, MIB, file_offset=0, buf_offset=0, stream=s.value)
+        cu.call("cuStreamSynchronize", s)
+        expect(fut.done() and fut.result() == MIB, "the stream passed an unfinished read")
+        ans = host_req("check", 0x77, off, MIB, 0)
+        expect(ans == "ok", f"host: {ans}")
+        st = f.stats()
+        expect(st["direct_bytes"] == MIB and st["bounce_bytes"] == 0, st)
+    cu.call("cuStreamDestroy_v2", s)
+
+
+TESTS = [
+    test_buffer_from_cuda_reads_p2p,
+    test_cuda_array_interface_both_ways,
+    test_read_on_stream,
+]
+
+
+def main():
+    print("TAP version 13")
+    print(f"1..{len(TESTS) + 1}")
+    missing = [n for n in ("FGDS_GPU_BDF", "FGDS_EXT4") if not os.environ.get(n)]
+    if missing:
+        for i in range(len(TESTS) + 1):
+            print(f"ok {i + 1} # SKIP {', '.join(missing)} not set: run in the fgds VM")
+        return 0
+    e = {n: os.environ[n] for n in ("FGDS_GPU_BDF", "FGDS_EXT4")}
+    sys.path.insert(0, os.path.join(HERE, "python"))
+    try:
+        path = setup(e)
+        cu = Cuda(e["FGDS_GPU_BDF"])
+        dptr = cu.alloc(4 * MIB)
+        print(f"ok 1 import fgds ({sys.version.split()[0]}) and allocate with cuMemAlloc")
+    except Exception:
+        print("not ok 1 import fgds and allocate with cuMemAlloc")
+        for line in traceback.format_exc().splitlines():
+            print(f"# {line}")
+        for i, t in enumerate(TESTS, 2):
+            print(f"not ok {i} {t.__name__[5:]} # no set-up")
+        return 1
+    failed = 0
+    for i, t in enumerate(TESTS, 2):
+        name = t.__name__[len("test_"):]
+        try:
+            t(e, cu, dptr, path)
+            print(f"ok {i} {name}")
+        except Exception as ex:  # a failure of any kind fails the test, with its story
+            failed += 1
+            print(f"not ok {i} {name}")
+            msg = str(ex) if isinstance(ex, Fail) else traceback.format_exc()
+            for line in msg.splitlines():
+                print(f"# {line}")
+        sys.stdout.flush()
+    os.unlink(path)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
