@@ -832,14 +832,18 @@ TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5108));
 	ret = ex_open(&e, &why);
 	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
-	/* The callback's own cost: the same revocation with no I/O in flight. */
+	/*
+	 * The callback's own cost: the same revocation with no I/O in flight,
+	 * every page mapped (as the reads' pinning maps them) for it to zap.
+	 */
 	for (round = 0; round < 10; round++) {
 		struct test_p2p_dmabuf_state st;
 		struct fgds_buf b;
+		size_t off;
 
 		ASSERT_EQ(0, ex_buf(&e, flags, 24 * SZ_1M, &b));
-		fgds_store(b.p, 1);
-		fgds_store(b.p + BUF_LEN - 1, 2);
+		for (off = 0; off < BUF_LEN; off += 4096)
+			fgds_store(b.p + off, 1);
 		ASSERT_EQ(0, tpd_fd_ioctl(e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE, b.dmabuf));
 		ASSERT_EQ(0, tpd_state(e.tpd, b.dmabuf, &st));
 		idle_max = st.invalidate_ns > idle_max ? st.invalidate_ns : idle_max;
