@@ -42,13 +42,17 @@
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
 //! - Struct pages refer to the BAR's P2PDMA provider, which belongs to the owner's binding. The
-//!   owner deletes the offer's auxiliary device before it releases the provider, and fgds's
-//!   `unbind()` (called then) tears down every registration on the node and accepts none after:
-//!   no struct page of a BAR outlives the binding that offered it.
+//!   owner deletes the offer's auxiliary device before it releases the provider, which unbinds
+//!   fgds from it and drops the node's [`MiscDeviceRegistration`]. Struct pages are made only
+//!   by REG_BUFFER under a [`RegistrationGuard`] of the node; the registration's drop waits for
+//!   every guard, then drops the node's data ([`NodeGpu`]), which tears down every registration
+//!   on the GPU. No REG_BUFFER runs after that: no struct page of a BAR outlives the binding that
+//!   offered it. Open files outlive the node; what is left to them (UNREG, close, QUERY) needs no
+//!   guard.
 //!
 //! Lock order (outermost first; each arrow is "may be held while taking"):
 //!
-//! - device lock of the auxiliary device (`unbind()`) -> [`Buffer::attach`]
+//! - device lock of the auxiliary device (the node's drop) -> [`Buffer::attach`]
 //! - mmap lock -> [`Buffer::state`] (faults)
 //! - [`Buffer::attach`] -> dma-buf reservation lock -> [`Buffer::state`] (no wait for DMA
 //!   under either: the drain is waited for with only [`Buffer::attach`] held)
@@ -93,7 +97,9 @@ use kernel::{
     },
     miscdevice::{
         MiscDevice,
-        MiscDeviceRegistration, //
+        MiscDeviceRegistration,
+        RegisteredData,
+        RegistrationGuard, //
     },
     mm::virt::{
         flags as vm_flags,
@@ -298,12 +304,6 @@ struct GpuState {
     buffers: RBTree<u64, Arc<Buffer>>,
     /// Last cookie id given out; ids are never reused.
     last_id: u64,
-    /// The offer's auxiliary device is being unbound (its owner unbinds, or fgds is unloaded):
-    /// no new registration, for good (the BAR's P2PDMA provider is about to go).
-    gone: bool,
-    /// REG_BUFFER calls past their check of `gone` and not yet returned: they may hold struct
-    /// pages not yet published in `buffers`. [`Gpu::revoke_all`] waits for them.
-    regs: usize,
 }
 
 /// An offered GPU BAR served by fgds (the node's GPU).
@@ -312,9 +312,6 @@ struct Gpu {
     offer: Offer,
     #[pin]
     state: Mutex<GpuState>,
-    /// Completed once `gone` is set and `regs` is zero.
-    #[pin]
-    idle: Completion,
     /// [`Buffer`]s alive (registered, or torn down and still referenced), for fdinfo.
     live_buffers: AtomicUsize,
 }
@@ -341,20 +338,12 @@ fn chunk_key(bar: u32, bar_off: u64) -> u64 {
 
 impl Gpu {
     /// The offer goes (its owner unbinds): every registration on it is torn down (as if revoked)
-    /// and detached, and no new one is accepted.
+    /// and detached. Called once no REG_BUFFER runs on the GPU and none can start ([`NodeGpu`]).
     ///
-    /// Returns when no struct page of the BAR is left: registrations in progress have ended
-    /// (each drops what it made when it finds the node gone) and every registration is torn
-    /// down, its in-flight DMA drained.
+    /// Returns when no struct page of the BAR is left: every registration is torn down, its
+    /// in-flight DMA drained.
     fn revoke_all(&self) {
-        let (buffers, busy) = {
-            let mut gs = self.state.lock();
-            gs.gone = true;
-            (core::mem::take(&mut gs.buffers), gs.regs != 0)
-        };
-        if busy {
-            self.idle.wait_for_completion();
-        }
+        let buffers = core::mem::take(&mut self.state.lock().buffers);
         for (_, buf) in buffers.iter() {
             buf.unregister(true);
         }
@@ -371,28 +360,15 @@ impl Gpu {
     }
 }
 
-/// A REG_BUFFER in progress on a GPU, counted in [`GpuState::regs`].
-struct RegInProgress<'a>(&'a Gpu);
+/// The data of a GPU's node: the GPU, whose registrations all end when the node goes.
+struct NodeGpu(Arc<Gpu>);
 
-impl<'a> RegInProgress<'a> {
-    /// Counts a new registration in progress, or `ENODEV` when the GPU is gone.
-    fn new(gpu: &'a Gpu) -> Result<Self> {
-        let mut gs = gpu.state.lock();
-        if gs.gone {
-            return Err(ENODEV);
-        }
-        gs.regs += 1;
-        Ok(Self(gpu))
-    }
-}
-
-impl Drop for RegInProgress<'_> {
+impl Drop for NodeGpu {
     fn drop(&mut self) {
-        let mut gs = self.0.state.lock();
-        gs.regs -= 1;
-        if gs.regs == 0 && gs.gone {
-            self.0.idle.complete_all();
-        }
+        // The node's registration is dropped (its driver unbinds): it waited until no file
+        // operation held a guard of it, and no new one gets one. So no REG_BUFFER runs on the
+        // GPU, with unpublished struct pages, and none starts.
+        self.0.revoke_all();
     }
 }
 
@@ -617,17 +593,24 @@ fn publish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) -> Result {
 }
 
 /// Gives `units` units of the offered BAR from `chunk_off` struct pages, as one chunk whose first
-/// unit has key `key`. Called with [`Gpu::state`] held, while `gone` is false.
-fn new_chunk(gpu: &Gpu, chunk_off: u64, units: u64, key: u64) -> Result<Arc<Chunk>> {
+/// unit has key `key`. Called with [`Gpu::state`] held, by a REG_BUFFER that holds `node`, a
+/// guard of the registration of `gpu`'s node.
+fn new_chunk(
+    gpu: &Gpu,
+    _node: &RegistrationGuard<'_, FgdsFile>,
+    chunk_off: u64,
+    units: u64,
+    key: u64,
+) -> Result<Arc<Chunk>> {
     // fgds is the driver bound to the offer's auxiliary device (`gpu.offer`), and the chunk is
-    // dropped before its `unbind()` returns: `FgdsDriver::unbind` sets `gone` under
-    // `Gpu::state` (held by our caller, which checked it), so no chunk is made after; it waits
-    // until every REG_BUFFER in progress returned (`RegInProgress`: a registration still being
-    // made holds its chunks unpublished, with no mapping and no I/O, and drops them when its
-    // publication fails), then tears down every published registration, each of which drops
-    // its use of its chunks once its pages are free.
+    // dropped before fgds's driver data is: the node's registration is part of it, and its drop
+    // waits until `_node` is dropped, when the REG_BUFFER making the chunk has returned (a
+    // registration still being made holds its chunks unpublished, with no mapping and no I/O,
+    // and drops them when it fails). Then the node's data, `NodeGpu`, tears down every
+    // published registration, each of which drops its use of its chunks once its pages are
+    // free.
     let size = units * CHUNK_SIZE;
-    // SAFETY: As just said, the pages go before `unbind()` returns.
+    // SAFETY: As just said, the pages go before fgds's binding to `gpu.offer` ends.
     let pages = unsafe { P2pPages::new(&gpu.offer, chunk_off, size) }?;
     Ok(Arc::new(
         Chunk {
@@ -643,9 +626,9 @@ fn new_chunk(gpu: &Gpu, chunk_off: u64, units: u64, key: u64) -> Result<Arc<Chun
 impl Buffer {
     /// Takes the pages of `extents`: each is handed out to this registration with its base
     /// reference. Fails with `EBUSY` when a page belongs to another registration, `ENODEV` when
-    /// the exporter revoked the buffer meanwhile or the GPU's driver is going, `EEXIST` when
-    /// the BAR range already has struct pages of its owner's.
-    fn claim(&self, extents: &[(u32, u64, u64)]) -> Result {
+    /// the exporter revoked the buffer meanwhile, `EEXIST` when the BAR range already has struct
+    /// pages of its owner's. `node` is the caller's guard of the node's registration.
+    fn claim(&self, node: &RegistrationGuard<'_, FgdsFile>, extents: &[(u32, u64, u64)]) -> Result {
         let npages = (self.size / PAGE_SIZE as u64) as usize;
         // [`Buffer::state`] is not held while struct pages are made: mmap() and faults take it
         // under the mmap lock, and making pages takes the memory hotplug lock, which other code
@@ -663,9 +646,6 @@ impl Buffer {
         )?;
         let mut gs = self.gpu.state.lock();
         let res = (|| -> Result {
-            if gs.gone {
-                return Err(ENODEV);
-            }
             for &(bar, off, len) in extents {
                 let last_key = chunk_key(bar, off + len - 1);
                 let mut o = off;
@@ -686,7 +666,7 @@ impl Buffer {
                                     {
                                         units += 1;
                                     }
-                                    new_chunk(&self.gpu, o - o % CHUNK_SIZE, units, key)?
+                                    new_chunk(&self.gpu, node, o - o % CHUNK_SIZE, units, key)?
                                 }
                             };
                             chunks.push(chunk.clone(), GFP_KERNEL)?;
@@ -745,6 +725,9 @@ impl Buffer {
 /// The state of an open `/dev/fgdsN`.
 #[pin_data(PinnedDrop)]
 struct FgdsFile {
+    /// The node's data while the node exists: REG_BUFFER holds a guard of it.
+    node: Arc<RegisteredData<FgdsFile>>,
+    /// The node's GPU, for the accounting of registrations after the node is gone.
     gpu: Arc<Gpu>,
     /// Registrations of this open file, by cookie.
     #[pin]
@@ -801,13 +784,10 @@ impl FgdsFile {
             return Err(ERANGE);
         }
         // Declared first, dropped last: every struct page this call makes and does not publish
-        // is gone before `revoke_all()` may return.
-        let _reg = RegInProgress::new(&self.gpu)?;
+        // is gone before the node's registration may be dropped. `ENODEV` once the node is going.
+        let node = self.node.access()?;
         let cookie = {
             let mut gs = self.gpu.state.lock();
-            if gs.gone {
-                return Err(ENODEV);
-            }
             gs.last_id += 1;
             gs.last_id << PAGE_SHIFT
         };
@@ -865,7 +845,7 @@ impl FgdsFile {
             let phys = locked.phys_ranges()?;
             extents(&self.gpu, &phys, r.offset, r.size)?
         };
-        buf.claim(&ext)?;
+        buf.claim(&node, &ext)?;
         *buf.attach.lock() = Some(attach);
 
         if let Err(e) = self.publish(&buf) {
@@ -884,14 +864,11 @@ impl FgdsFile {
 
     /// Lists a new registration on its GPU, whose removal then tears it down, and on the file.
     fn publish(&self, buf: &Arc<Buffer>) -> Result {
-        {
-            let mut gs = self.gpu.state.lock();
-            if gs.gone {
-                return Err(ENODEV);
-            }
-            gs.buffers
-                .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
-        }
+        self.gpu
+            .state
+            .lock()
+            .buffers
+            .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
         self.buffers
             .lock()
             .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
@@ -944,14 +921,15 @@ impl FgdsFile {
 impl MiscDevice for FgdsFile {
     type Ptr = Pin<KBox<Self>>;
     /// The node's GPU.
-    type RegistrationData = Arc<Gpu>;
+    type RegistrationData = NodeGpu;
 
     const OWNER: &'static ThisModule = &THIS_MODULE;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Self::Ptr> {
         KBox::try_pin_init(
             try_pin_init!(FgdsFile {
-                gpu: misc.data().clone(),
+                node: misc.registered_data(),
+                gpu: misc.data().0.clone(),
                 buffers <- new_mutex!(RBTree::new()),
             }),
             GFP_KERNEL,
@@ -1009,12 +987,15 @@ impl MiscDevice for FgdsFile {
 }
 
 /// The misc device of an offered BAR, the driver data of its auxiliary device.
+///
+/// Dropped when fgds unbinds from the offer (the owner unbinds, or fgds is unloaded), while the
+/// BAR's P2PDMA provider, which the GPU's struct pages refer to, still exists: the node goes,
+/// and with its data ([`NodeGpu`]) every registration on the GPU.
 #[pin_data]
 struct GpuNode {
     /// The node, a child of the offer's auxiliary device.
     #[pin]
     misc: MiscDeviceRegistration<FgdsFile>,
-    gpu: Arc<Gpu>,
 }
 
 impl GpuNode {
@@ -1031,19 +1012,18 @@ impl GpuNode {
                     pagemaps: 0,
                     buffers: RBTree::new(),
                     last_id: 0,
-                    gone: false,
-                    regs: 0,
                 }),
-                idle <- Completion::new(),
                 live_buffers: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
         )?;
-        let parent = ARef::from(gpu.offer.device().as_ref());
         KBox::try_pin_init(
             try_pin_init!(GpuNode {
-                misc <- MiscDeviceRegistration::register_named(name, Some(parent), gpu.clone()),
-                gpu,
+                misc <- MiscDeviceRegistration::register_named(
+                    name,
+                    Some(adev.as_ref()),
+                    NodeGpu(gpu)
+                ),
             }),
             GFP_KERNEL,
         )
@@ -1062,12 +1042,5 @@ impl auxiliary::Driver for FgdsDriver {
         _info: &'bound Self::IdInfo,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         GpuNode::new(adev)
-    }
-
-    fn unbind<'bound>(_adev: &'bound auxiliary::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        // The owner is unbinding (or fgds is unloaded): its P2PDMA provider, which our struct
-        // pages refer to, still exists and goes right after. The node itself goes when the
-        // driver data is dropped; open files keep the `Gpu`, on which REG now fails.
-        this.gpu.revoke_all();
     }
 }
