@@ -283,6 +283,19 @@ macro_rules! check {
 mod tests {
     use super::*;
 
+    /// A buffer of amdgpu's and xe's pattern (dynamic, with physical ranges) at 44 MiB,
+    /// attached for `importer` and mapped.
+    fn dynamic_mapped<I: Importer>(
+        exp: &Exporter,
+        importer: Arc<I>,
+    ) -> Result<(ARef<DmaBuf>, DynamicAttachment<I>)> {
+        let buf = exp.export(44 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
+        let attach =
+            DynamicAttachment::new(&buf, exp.device(), importer, DataDirection::FromDevice)?;
+        attach.lock().map()?;
+        Ok((buf, attach))
+    }
+
     /// vfio-pci's pattern: static, sg from the provider, physical ranges.
     #[test]
     fn static_map_and_phys_ranges() -> Result {
@@ -349,15 +362,8 @@ mod tests {
     #[test]
     fn dynamic_move_and_revoke() -> Result {
         let exp = Exporter::get()?;
-        let buf = exp.export(44 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
         let importer = Counting::new()?;
-        let attach = DynamicAttachment::new(
-            &buf,
-            exp.device(),
-            importer.clone(),
-            DataDirection::FromDevice,
-        )?;
-        attach.lock().map()?;
+        let (buf, attach) = dynamic_mapped(&exp, importer.clone())?;
         check!(state(&buf)? == (1, 1, 0));
 
         // A move: the importer is told and unmaps; the buffer maps again.
@@ -397,7 +403,6 @@ mod tests {
     #[test]
     fn revocation_fenced_by_importer() -> Result {
         let exp = Exporter::get()?;
-        let buf = exp.export(44 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
         let importer = Arc::new(
             Fencing {
                 fence: Fence::new(GFP_KERNEL)?,
@@ -405,13 +410,7 @@ mod tests {
             },
             GFP_KERNEL,
         )?;
-        let attach = DynamicAttachment::new(
-            &buf,
-            exp.device(),
-            importer.clone(),
-            DataDirection::FromDevice,
-        )?;
-        attach.lock().map()?;
+        let (buf, attach) = dynamic_mapped(&exp, importer.clone())?;
         check!(all_fences_signalled(&buf));
         invalidate(&buf, true)?;
         check!(importer.added.load(Ordering::Relaxed) == 1);
