@@ -68,6 +68,7 @@ struct alloc {
 	struct alloc *next;
 	uint64_t off;
 	uint64_t size;
+	uint64_t id;		/* CU_POINTER_ATTRIBUTE_BUFFER_ID: never the same twice */
 	bool live;
 	bool exported;
 };
@@ -95,7 +96,7 @@ struct gpurt_dev {
 	struct CUctx_st ctx;	/* the primary context */
 };
 
-enum op_kind { OP_MARK, OP_HTOD, OP_DTOH, OP_SET8, OP_SET32, OP_HOSTFN, OP_WAIT32 };
+enum op_kind { OP_MARK, OP_HTOD, OP_DTOH, OP_DTOD, OP_SET8, OP_SET32, OP_HOSTFN, OP_WAIT32 };
 
 struct dep {
 	struct CUstream_st *s;
@@ -152,6 +153,7 @@ static int ndevs;
 static struct gpurt_dev devs[GPURT_MAX_DEVS];
 static struct pinned *pinned;
 static long page_size;
+static uint64_t next_buffer_id = 1;
 
 static __thread struct CUctx_st *cur_ctx;
 static __thread int hip_dev;
@@ -384,6 +386,7 @@ static struct alloc *alloc_new(struct gpurt_dev *d, size_t n)
 				return NULL;
 			a->off = start;
 			a->size = n;
+			a->id = next_buffer_id++;
 			a->live = true;
 			a->next = *pp;
 			*pp = a;
@@ -537,6 +540,7 @@ static void run(struct op *o)
 		memcpy(o->dev, o->host, o->n);
 		break;
 	case OP_DTOH:
+	case OP_DTOD:
 		memcpy(o->host, o->dev, o->n);
 		break;
 	case OP_SET8:
@@ -875,17 +879,19 @@ __export CUresult cuMemFreeHost(void *p)
 __export CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
 {
 	struct CUctx_st *ctx = NULL;
+	struct alloc *a = NULL;
 	struct gpurt_dev *d;
 	struct pinned *h;
 
 	if (!cu_enter("cuPointerGetAttribute"))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (attribute != CU_POINTER_ATTRIBUTE_CONTEXT &&
-	    attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+	    attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+	    attribute != CU_POINTER_ATTRIBUTE_BUFFER_ID)
 		die("cuPointerGetAttribute", "attribute %d", attribute);
 	if (!data)
 		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
-	if (find(ptr, 1, &d)) {
+	if ((a = find(ptr, 1, &d))) {
 		ctx = &d->ctx;
 	} else {
 		h = find_pinned((void *)(uintptr_t)ptr, 1);
@@ -896,7 +902,11 @@ __export CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p
 		return unlock_ret(fail("cuPointerGetAttribute", CUDA_ERROR_INVALID_VALUE,
 				       "%#llx is not memory of this runtime",
 				       (unsigned long long)ptr));
-	if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT)
+	if (attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID && !a)
+		die("cuPointerGetAttribute", "BUFFER_ID of host memory");
+	if (attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID)
+		*(unsigned long long *)data = a->id;
+	else if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT)
 		*(CUcontext *)data = ctx;
 	else
 		*(int *)data = ctx->dev->ordinal;
@@ -1070,6 +1080,59 @@ __export CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUs
 		return unlock_ret(err);
 	return unlock_ret(device_op("cuMemcpyDtoHAsync_v2", s, OP_DTOH, src, dst, n, n, 0,
 				    false));
+}
+
+/*
+ * A copy of device memory [src, src + n) to [dst, dst + n) on @s (devices of
+ * this runtime, either of them); with @wait, returns once it ran. The lock is held.
+ */
+static CUresult dtod(const char *fn, struct CUstream_st *s, uint64_t dst, uint64_t src, size_t n,
+		     bool wait)
+{
+	struct gpurt_dev *ds, *dd;
+	struct op *o;
+	uint64_t t;
+
+	if (!n)
+		return CUDA_SUCCESS;
+	if (!find(src, n, &ds) || !find(dst, n, &dd))
+		return fail(fn, CUDA_ERROR_INVALID_VALUE, "%#llx or %#llx +%#zx is not in one allocation",
+			    (unsigned long long)src, (unsigned long long)dst, n);
+	o = op_new(fn, s, OP_DTOD);
+	o->dev = ds->bar + (src - ds->va);
+	o->host = dd->bar + (dst - dd->va);
+	o->n = n;
+	t = enqueue(s, o);
+	if (wait)
+		wait_ticket(s, t);
+	return CUDA_SUCCESS;
+}
+
+/* CUDA: "for transfers from device memory to device memory, no host-side synchronization". */
+__export CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	CUresult err = 0;
+	struct CUstream_st *s;
+
+	if (!cu_enter("cuMemcpyDtoD_v2"))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	s = stream_of("cuMemcpyDtoD_v2", NULL, &err);
+	if (!s)
+		return unlock_ret(err);
+	return unlock_ret(dtod("cuMemcpyDtoD_v2", s, dst, src, n, false));
+}
+
+__export CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h)
+{
+	CUresult err = 0;
+	struct CUstream_st *s;
+
+	if (!cu_enter("cuMemcpyDtoDAsync_v2"))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	s = stream_of("cuMemcpyDtoDAsync_v2", h, &err);
+	if (!s)
+		return unlock_ret(err);
+	return unlock_ret(dtod("cuMemcpyDtoDAsync_v2", s, dst, src, n, false));
 }
 
 __export CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h)
@@ -1379,16 +1442,22 @@ __export hipError_t hipHostFree(void *ptr)
 __export hipError_t hipPointerGetAttribute(void *data, int attribute, hipDeviceptr_t ptr)
 {
 	struct gpurt_dev *d;
+	struct alloc *a;
 
 	hip_enter("hipPointerGetAttribute");
-	if (attribute != HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+	if (attribute != HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+	    attribute != HIP_POINTER_ATTRIBUTE_BUFFER_ID)
 		die("hipPointerGetAttribute", "attribute %d", attribute);
 	if (!data)
 		return unlock_ret(hipErrorInvalidValue);
-	if (!find((uintptr_t)ptr, 1, &d))
+	a = find((uintptr_t)ptr, 1, &d);
+	if (!a)
 		return unlock_ret(fail("hipPointerGetAttribute", hipErrorInvalidValue,
 				       "%p is not device memory", ptr));
-	*(int *)data = d->ordinal;
+	if (attribute == HIP_POINTER_ATTRIBUTE_BUFFER_ID)
+		*(unsigned long long *)data = a->id;
+	else
+		*(int *)data = d->ordinal;
 	return unlock_ret(hipSuccess);
 }
 
@@ -1444,6 +1513,46 @@ __export hipError_t hipMemcpyDtoH(void *dst, hipDeviceptr_t src, size_t n)
 {
 	hip_enter("hipMemcpyDtoH");
 	return unlock_ret(hip_copy("hipMemcpyDtoH", OP_DTOH, (uintptr_t)src, dst, n));
+}
+
+/* On the legacy stream of the memory's device; returns once it ran (the stand-in waits). */
+__export hipError_t hipMemcpyDtoD(hipDeviceptr_t dst, hipDeviceptr_t src, size_t n)
+{
+	struct CUctx_st *saved = cur_ctx;
+	struct CUstream_st *s;
+	struct gpurt_dev *d;
+	CUresult err = 0;
+
+	hip_enter("hipMemcpyDtoD");
+	if (!n)
+		return unlock_ret(hipSuccess);
+	if (!find((uintptr_t)dst, n, &d))
+		return unlock_ret(fail("hipMemcpyDtoD", hipErrorInvalidValue,
+				       "%p+%#zx is not in one allocation", dst, n));
+	cur_ctx = &d->ctx;
+	s = stream_of("hipMemcpyDtoD", NULL, &err);
+	if (s)
+		err = dtod("hipMemcpyDtoD", s, (uintptr_t)dst, (uintptr_t)src, n, true);
+	cur_ctx = saved;
+	return unlock_ret(err);
+}
+
+/* Waits for the current device's work: its legacy stream waits for the blocking streams. */
+__export hipError_t hipDeviceSynchronize(void)
+{
+	struct CUctx_st *saved = cur_ctx;
+	struct CUstream_st *s;
+	CUresult err = 0;
+
+	hip_enter("hipDeviceSynchronize");
+	if (hip_dev >= ndevs || dev_open("hipDeviceSynchronize", &devs[hip_dev]))
+		return unlock_ret(hipErrorInvalidDevice);
+	cur_ctx = &devs[hip_dev].ctx;
+	s = stream_of("hipDeviceSynchronize", NULL, &err);
+	if (s)
+		wait_ticket(s, sync_ticket("hipDeviceSynchronize", s));
+	cur_ctx = saved;
+	return unlock_ret(err);
 }
 
 __export int fgds_gpurt_bar_offset(uint64_t dptr, int *ordinal, uint64_t *bar_off)

@@ -44,6 +44,7 @@ typedef void (*CUhostFn)(void *user);
 #define CU_STREAM_WAIT_VALUE_AND	0x2
 #define CU_STREAM_WAIT_VALUE_NOR	0x3
 #define CU_POINTER_ATTRIBUTE_CONTEXT	1
+#define CU_POINTER_ATTRIBUTE_BUFFER_ID	7
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
 #define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
@@ -66,6 +67,8 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
 				       int handle_type, unsigned long long flags);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream s);
@@ -91,6 +94,7 @@ typedef void *hipDeviceptr_t;
 #define hipErrorInvalidDevice		101
 #define hipErrorNotFound		500
 #define hipErrorNotSupported		801
+#define HIP_POINTER_ATTRIBUTE_BUFFER_ID 7
 #define HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define hipMemRangeHandleTypeDmaBufFd	1
 
@@ -108,6 +112,8 @@ hipError_t hipMemGetHandleForAddressRange(void *handle, hipDeviceptr_t dptr, siz
 					  int handle_type, unsigned long long flags);
 hipError_t hipMemcpyHtoD(hipDeviceptr_t dst, const void *src, size_t n);
 hipError_t hipMemcpyDtoH(void *dst, hipDeviceptr_t src, size_t n);
+hipError_t hipMemcpyDtoD(hipDeviceptr_t dst, hipDeviceptr_t src, size_t n);
+hipError_t hipDeviceSynchronize(void);
 
 /*
  * Not a vendor call: where the live allocation holding @dptr (a CUDA or

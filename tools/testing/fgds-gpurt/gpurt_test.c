@@ -160,7 +160,7 @@ int main(void)
 	close(fd);
 	snprintf(bus, sizeof(bus), "file:%s", bar_path);
 	setenv("FGDS_GPURT_DEVICES", bus, 1);
-	printf("1..43\n");
+	printf("1..46\n");
 
 	ok(cuMemAlloc_v2(&a, 4096) == CUDA_ERROR_NOT_INITIALIZED, "before cuInit: not initialized");
 	ok(cuInit(1) == CUDA_ERROR_INVALID_VALUE && cuInit(0) == CUDA_SUCCESS, "cuInit(0) only");
@@ -255,10 +255,28 @@ int main(void)
 	ok(cuMemFreeHost(pin) == 0 && cuMemFreeHost(pin) == CUDA_ERROR_INVALID_VALUE,
 	   "pinned memory freed once");
 
-	ok(cuMemFree_v2(b + 4096) == CUDA_ERROR_INVALID_VALUE && cuMemFree_v2(b) == 0 &&
-	   cuMemGetAddressRange_v2(&base, &size, b) == CUDA_ERROR_NOT_FOUND,
-	   "free: the base only; freed memory is in no allocation");
-	ok(cuMemAlloc_v2(&base, 100 << 10) == 0 && base == b, "a freed range is handed out again");
+	memset(host, 0x77, 64);
+	ok(cuMemcpyDtoD_v2(a + 4096, c, 64) == 0 && cuStreamSynchronize(NULL) == 0 &&
+	   cuMemcpyDtoH_v2(host + 65536, a + 65536, 4096) == 0 &&
+	   cuMemcpyDtoDAsync_v2(a + 16384, a + 65536, 4096, nb) == 0 &&
+	   cuStreamSynchronize(nb) == 0 && fgds_gpurt_bar_offset(a, &ord, &off) == 0 &&
+	   file_has(off + 4096, host, 64) && file_has(off + 16384, host + 65536, 4096) &&
+	   cuMemcpyDtoD_v2(a + (3 << 20) - 10, c, 64) == CUDA_ERROR_INVALID_VALUE,
+	   "DtoD, sync and async: the bytes in the BAR file; past the end refused");
+	{
+		unsigned long long id1 = 0, id2 = 0, id3 = 0;
+
+		ok(cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, b + 100) == 0 &&
+		   cuPointerGetAttribute(&id3, CU_POINTER_ATTRIBUTE_BUFFER_ID, c) == 0 &&
+		   id1 && id3 && id1 != id3, "buffer ids: one per allocation");
+		ok(cuMemFree_v2(b + 4096) == CUDA_ERROR_INVALID_VALUE && cuMemFree_v2(b) == 0 &&
+		   cuMemGetAddressRange_v2(&base, &size, b) == CUDA_ERROR_NOT_FOUND,
+		   "free: the base only; freed memory is in no allocation");
+		ok(cuMemAlloc_v2(&base, 100 << 10) == 0 && base == b &&
+		   cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) == 0 &&
+		   id2 != id1 && id2 != id3,
+		   "a freed range is handed out again, with a new buffer id");
+	}
 
 	ok(dies_of(bad_attribute, NULL, SIGABRT), "an attribute not implemented aborts");
 	ok(dies_of(per_thread_stream, NULL, SIGABRT), "the per-thread stream aborts");
@@ -284,6 +302,15 @@ int main(void)
 		ok(hipMemGetAddressRange(&hb, &size, (char *)hp + 10) == 0 && hb == hp &&
 		   size == 1 << 20 && hipMemGetHandleForAddressRange(&v, hp, 4096, 1, 0) ==
 		   hipErrorNotSupported, "HIP address range and export");
+	}
+	{
+		unsigned long long id = 0;
+		char back[256];
+
+		ok(hipMemcpyDtoD((char *)hp + 4096, hp, 256) == 0 && hipDeviceSynchronize() == 0 &&
+		   hipMemcpyDtoH(back, (char *)hp + 4096, 256) == 0 && !memcmp(back, host, 256) &&
+		   hipPointerGetAttribute(&id, HIP_POINTER_ATTRIBUTE_BUFFER_ID, hp) == 0 && id,
+		   "hipMemcpyDtoD, hipDeviceSynchronize, HIP's buffer id");
 	}
 	ok(hipFree(hp) == 0 && hipFree(NULL) == 0, "hipFree");
 
