@@ -5,6 +5,23 @@ use crate::sys;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `FGDS_IOCTL_REG_BUFFER` calls this process made that succeeded, and
+/// `FGDS_IOCTL_UNREG_BUFFER` calls.
+static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+static UNREGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many registrations (`FGDS_IOCTL_REG_BUFFER` that succeeded) and
+/// unregistrations this process made through the library, on every node:
+/// what a test or benchmark counts to see that I/O on memory the caller
+/// never registered costs no registration per call.
+pub fn registration_counts() -> (u64, u64) {
+    (
+        REGISTRATIONS.load(Ordering::Relaxed),
+        UNREGISTRATIONS.load(Ordering::Relaxed),
+    )
+}
 
 /// Default sysfs directory of misc devices.
 pub const SYSFS_MISC: &str = "/sys/class/misc";
@@ -236,6 +253,7 @@ impl Device {
                 e,
             )
         })?;
+        REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
         Ok(arg.cookie)
     }
 
@@ -245,6 +263,7 @@ impl Device {
             cookie,
             reserved: 0,
         };
+        UNREGISTRATIONS.fetch_add(1, Ordering::Relaxed);
         ioctl(self.fd.as_raw_fd(), sys::FGDS_IOCTL_UNREG_BUFFER, &mut arg)
             .map_err(|e| Error::os("FGDS_IOCTL_UNREG_BUFFER", e))
     }

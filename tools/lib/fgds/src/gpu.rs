@@ -12,6 +12,9 @@ use std::sync::{Arc, OnceLock};
 pub const RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 const POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
 const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+/// `CU_POINTER_ATTRIBUTE_BUFFER_ID` (HIP's has the same value): a number
+/// per allocation that a freed and re-allocated range does not keep.
+const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
 /// NVIDIA exports dma-bufs of 64 KiB aligned ranges only.
 pub const CUDA_EXPORT_ALIGN: u64 = 64 * 1024;
 
@@ -21,6 +24,9 @@ type FnAddrRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> c_int;
 type FnHandle = unsafe extern "C" fn(*mut c_void, u64, usize, c_int, c_ulonglong) -> c_int;
 type FnHtoD = unsafe extern "C" fn(u64, *const c_void, usize) -> c_int;
 type FnDtoH = unsafe extern "C" fn(*mut c_void, u64, usize) -> c_int;
+type FnDtoD = unsafe extern "C" fn(u64, u64, usize) -> c_int;
+type FnDtoDAsync = unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> c_int;
+type FnVoid = unsafe extern "C" fn() -> c_int;
 type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
 type FnHostFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnSetCtx = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -64,6 +70,8 @@ struct StreamFns {
     destroy: FnStream,
     htod_async: FnHtoDAsync,
     dtoh_async: FnDtoHAsync,
+    /// `cuMemcpyDtoDAsync_v2`: the staging pool's copies ([`crate::gpucache`]).
+    dtod_async: Option<FnDtoDAsync>,
     memset_async: FnMemsetAsync,
     memset32_async: FnMemset32Async,
     ctx_get: FnCtxGet,
@@ -83,6 +91,7 @@ impl StreamFns {
             destroy: sym(lib, kind, "cuStreamDestroy_v2")?,
             htod_async: sym(lib, kind, "cuMemcpyHtoDAsync_v2")?,
             dtoh_async: sym(lib, kind, "cuMemcpyDtoHAsync_v2")?,
+            dtod_async: sym(lib, kind, "cuMemcpyDtoDAsync_v2").ok(),
             memset_async: sym(lib, kind, "cuMemsetD8Async")?,
             memset32_async: sym(lib, kind, "cuMemsetD32Async")?,
             ctx_get: sym(lib, kind, "cuCtxGetCurrent")?,
@@ -127,6 +136,10 @@ pub struct Runtime {
     dtoh: FnDtoH,
     host_alloc: FnHostAlloc,
     host_free: FnHostFree,
+    /// `hipMemcpyDtoD` (HIP; CUDA copies on a stream).
+    dtod: Option<FnDtoD>,
+    /// `hipDeviceSynchronize` (HIP).
+    dev_sync: Option<FnVoid>,
     set_ctx: Option<FnSetCtx>,
     /// `cuCtxGetCurrent` (CUDA): what [`Current`] restores.
     get_ctx: Option<FnCtxGet>,
@@ -198,6 +211,8 @@ impl Runtime {
                     dtoh: sym(&lib, kind, "cuMemcpyDtoH_v2")?,
                     host_alloc: sym(&lib, kind, "cuMemHostAlloc")?,
                     host_free: sym(&lib, kind, "cuMemFreeHost")?,
+                    dtod: None,
+                    dev_sync: None,
                     set_ctx: Some(sym(&lib, kind, "cuCtxSetCurrent")?),
                     get_ctx: Some(sym(&lib, kind, "cuCtxGetCurrent")?),
                     set_device: None,
@@ -226,6 +241,8 @@ impl Runtime {
                     dtoh: sym(&lib, kind, "hipMemcpyDtoH")?,
                     host_alloc: sym(&lib, kind, "hipHostMalloc")?,
                     host_free: sym(&lib, kind, "hipHostFree")?,
+                    dtod: sym(&lib, kind, "hipMemcpyDtoD").ok(),
+                    dev_sync: sym(&lib, kind, "hipDeviceSynchronize").ok(),
                     set_ctx: None,
                     get_ctx: None,
                     set_device: Some(sym(&lib, kind, "hipSetDevice")?),
@@ -546,6 +563,51 @@ impl Runtime {
             }
         }
         self.check("StreamSynchronize", (f.synchronize)(stream as *mut c_void))
+    }
+
+    /// The allocation's buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`,
+    /// `HIP_POINTER_ATTRIBUTE_BUFFER_ID`): the same for every pointer of one
+    /// allocation, another once the range was freed and allocated again.
+    pub fn buffer_id(&self, dptr: u64) -> Result<u64> {
+        let attr = self
+            .ptr_attr
+            .ok_or_else(|| unavailable(self.kind, "no PointerGetAttribute"))?;
+        let mut id: c_ulonglong = 0;
+        // SAFETY: the attribute is an unsigned long long, written into a local.
+        self.check("PointerGetAttribute(BUFFER_ID)", unsafe {
+            attr(
+                &mut id as *mut c_ulonglong as *mut c_void,
+                POINTER_ATTRIBUTE_BUFFER_ID,
+                dptr,
+            )
+        })?;
+        Ok(id)
+    }
+
+    /// Device to device copy of `len` bytes, done when this returns (CUDA:
+    /// on this thread's non-blocking copy stream of the current context,
+    /// then waited for; HIP: `hipMemcpyDtoD`, then `hipDeviceSynchronize`).
+    ///
+    /// # Safety
+    /// `src..src+len` and `dst..dst+len` are device memory of the current
+    /// context (CUDA) or device (HIP).
+    pub unsafe fn dtod(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+        if let Some(f) = self.dtod {
+            self.check("MemcpyDtoD", f(dst, src, len))?;
+            if let Some(sync) = self.dev_sync {
+                self.check("DeviceSynchronize", sync())?;
+            }
+            return Ok(());
+        }
+        let f = self.stream_fns()?;
+        let (Some(copy), Some(s)) = (f.dtod_async, self.copy_stream()) else {
+            return Err(unavailable(
+                self.kind,
+                "no MemcpyDtoDAsync or no copy stream",
+            ));
+        };
+        self.check("MemcpyDtoDAsync", copy(dst, src, len, s))?;
+        self.check("StreamSynchronize", (f.synchronize)(s))
     }
 
     /// Device to host copy.
@@ -1003,6 +1065,8 @@ mod tests {
             dtoh,
             host_alloc,
             host_free,
+            dtod: None,
+            dev_sync: None,
             set_ctx: cuda.then_some(set_ctx as FnSetCtx),
             get_ctx: cuda.then_some(get_ctx as FnCtxGet),
             set_device: (!cuda).then_some(set_dev as FnSetDevice),
