@@ -26,4 +26,4 @@ pub use engine::{read, readv, write, writev, Op, Segment};
 pub use error::{Error, Result};
 pub use file::FileHandle;
 pub use stats::Stats;
-pub use stream::{LateArgs, StreamRequest};
+pub use stream::{LateArgs, Notify, StreamDone, StreamRequest};

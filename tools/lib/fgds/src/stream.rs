@@ -213,7 +213,31 @@ struct Request {
     finished: bool,
     /// The arguments, when the library owns them ([`StreamRequest`]).
     _owned: Option<Arc<OwnedArgs>>,
+    /// Told the outcome before the stream goes on.
+    notify: Option<Notify>,
 }
+
+/// What a stream-ordered request did, for its [`Notify`].
+#[derive(Debug, Clone, Copy)]
+pub struct StreamDone {
+    /// Read or write.
+    pub op: Op,
+    /// `*size` when the stream reached it.
+    pub size: usize,
+    /// `*file_off` then.
+    pub file_off: i64,
+    /// `*buf_off` then.
+    pub buf_off: i64,
+    /// Bytes moved, or the errno.
+    pub result: std::result::Result<usize, i32>,
+    /// From the stream reaching it to its end.
+    pub took: std::time::Duration,
+}
+
+/// Called on the I/O thread with a stream-ordered request's outcome before
+/// the stream goes on (libcufile's statistics). It must not call the GPU runtime on the
+/// request's stream nor block.
+pub type Notify = Box<dyn FnOnce(&StreamDone) + Send>;
 
 impl Request {
     fn wait_setup(&self) -> Setup {
@@ -243,7 +267,9 @@ impl Request {
     }
 
     fn run(mut self) {
-        let open = self.finish(|r| match r.io() {
+        let t0 = std::time::Instant::now();
+        let notify = self.notify.take();
+        let open = self.finish(|r| match r.io_told(notify, t0) {
             Ok(n) => n as isize,
             Err(e) => {
                 if let Some(o) = &r._owned {
@@ -260,6 +286,30 @@ impl Request {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
+    }
+
+    /// [`Request::io`], then `notify` told.
+    fn io_told(&self, notify: Option<Notify>, t0: std::time::Instant) -> Result<usize> {
+        let r = self.io();
+        if let Some(n) = notify {
+            // SAFETY: LateArgs' contract, as in io.
+            let (size, file_off, buf_off) = unsafe {
+                (
+                    std::ptr::read_volatile(self.args.size),
+                    std::ptr::read_volatile(self.args.file_off),
+                    std::ptr::read_volatile(self.args.buf_off),
+                )
+            };
+            n(&StreamDone {
+                op: self.op,
+                size,
+                file_off,
+                buf_off,
+                result: r.as_ref().map(|n| *n).map_err(|e| e.errno()),
+                took: t0.elapsed(),
+            });
+        }
+        r
     }
 
     fn io(&self) -> Result<usize> {
@@ -334,6 +384,7 @@ unsafe extern "C" fn passed(user: *mut c_void) {
 ///
 /// # Safety
 /// As [`FileHandle::read_on_stream`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn enqueue(
     file: &Arc<FileHandle>,
     op: Op,
@@ -341,6 +392,7 @@ unsafe fn enqueue(
     base_off: usize,
     args: LateArgs,
     owned: Option<Arc<OwnedArgs>>,
+    notify: Option<Notify>,
     stream: *mut c_void,
 ) -> Result<()> {
     if args.size.is_null()
@@ -380,7 +432,11 @@ unsafe fn enqueue(
     let key = stream_key(rt.current_context()?, stream);
     queued().acquire(key);
     // SAFETY: As this function's contract.
-    let r = unsafe { enqueue_on(&rt, file, op, buffer, base_off, args, owned, stream, key) };
+    let r = unsafe {
+        enqueue_on(
+            &rt, file, op, buffer, base_off, args, owned, notify, stream, key,
+        )
+    };
     if r.is_err() {
         queued().release(key);
     }
@@ -400,6 +456,7 @@ unsafe fn enqueue_on(
     base_off: usize,
     args: LateArgs,
     owned: Option<Arc<OwnedArgs>>,
+    notify: Option<Notify>,
     stream: *mut c_void,
     key: StreamKey,
 ) -> Result<()> {
@@ -416,6 +473,7 @@ unsafe fn enqueue_on(
         setup: setup.clone(),
         finished: false,
         _owned: owned,
+        notify,
     }));
     // SAFETY: the caller's stream; `req` is passed once, to `reached`.
     if let Err(e) = unsafe { rt.launch_host_func(stream, reached, req as *mut c_void) } {
@@ -471,7 +529,7 @@ impl FileHandle {
         stream: *mut c_void,
     ) -> Result<()> {
         // SAFETY: As this function's contract.
-        unsafe { enqueue(self, Op::Read, buffer, base_off, args, None, stream) }
+        unsafe { enqueue(self, Op::Read, buffer, base_off, args, None, None, stream) }
     }
 
     /// Enqueues a write on a CUDA stream: as [`FileHandle::read_on_stream`], from `buffer` at
@@ -487,7 +545,25 @@ impl FileHandle {
         stream: *mut c_void,
     ) -> Result<()> {
         // SAFETY: As this function's contract.
-        unsafe { enqueue(self, Op::Write, buffer, base_off, args, None, stream) }
+        unsafe { enqueue(self, Op::Write, buffer, base_off, args, None, None, stream) }
+    }
+
+    /// [`FileHandle::read_on_stream`] or [`FileHandle::write_on_stream`] (`op`), with
+    /// `notify` told the outcome on the I/O thread before the stream goes on.
+    ///
+    /// # Safety
+    /// As [`FileHandle::read_on_stream`].
+    pub unsafe fn on_stream_notify(
+        self: &Arc<Self>,
+        op: Op,
+        buffer: Arc<Buffer>,
+        base_off: usize,
+        args: LateArgs,
+        stream: *mut c_void,
+        notify: Notify,
+    ) -> Result<()> {
+        // SAFETY: As this function's contract.
+        unsafe { enqueue(self, op, buffer, base_off, args, None, Some(notify), stream) }
     }
 
     /// Enqueues a read of `size` bytes at `file_off` into `buffer` at `buf_off` on a CUDA
@@ -590,7 +666,7 @@ impl StreamRequest {
         };
         // SAFETY: the request keeps `owned`, hence the arguments, alive until it completed;
         // `stream` as the caller promised.
-        unsafe { enqueue(file, op, buffer, 0, args, Some(owned.clone()), stream) }?;
+        unsafe { enqueue(file, op, buffer, 0, args, Some(owned.clone()), None, stream) }?;
         Ok(StreamRequest(owned))
     }
 
