@@ -151,6 +151,25 @@ int fgds_write_async(int handle, void *base, const size_t *size,
 		     ssize_t *bytes_done, void *stream);
 
 int fgds_get_stats(int handle, struct fgds_stats *out);
+
+/* The process's FGDS_IOCTL_REG_BUFFER / UNREG_BUFFER calls through the
+ * library, and what its staging pool and registration cache for GPU memory
+ * the caller never registered did (tools/lib/fgds/src/gpucache.rs). */
+struct fgds_gpucache_counters {
+	uint64_t registrations;		/* REG_BUFFER calls that succeeded */
+	uint64_t unregistrations;	/* UNREG_BUFFER calls */
+	uint64_t staged;		/* requests through a staging buffer */
+	uint64_t cached;		/* requests into a cached registration */
+	uint64_t uncached;		/* requests with a registration of their own */
+	uint64_t pool_buffers;		/* staging buffers made, every GPU */
+	uint64_t cache_hits;
+	uint64_t cache_registrations;	/* registrations the cache made */
+	uint64_t cache_stale;		/* dropped: their allocation was freed */
+	uint64_t cache_evicted;		/* dropped: bounds, or a caller's own registration */
+	uint64_t cache_entries;		/* allocations cached now */
+	uint64_t cache_bytes;		/* bytes registered in the cache now */
+};
+int fgds_gpucache_counters(struct fgds_gpucache_counters *out);
 /* Why the handle's last request fell back to the bounce path: copied into
  * buf as snprintf does; returns the reason's length (0: no fallback yet) or
  * a negative code. */

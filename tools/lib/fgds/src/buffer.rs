@@ -278,14 +278,28 @@ impl Buffer {
     /// GPU ([`Buffer::p2p_unavailable_reason`] says "bounce path asked
     /// for"). For measuring the bounce path next to the P2P one.
     pub fn from_gpu_staged(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
-        Self::new_gpu(rt, dptr, size, false)
+        Self::new_gpu(rt, dptr, size, false, false)
     }
 
+    /// A caller's registration: the library's cached registration of the
+    /// same allocation ([`crate::gpucache`]) is dropped first, as the
+    /// driver registers a BAR page once at a time.
     fn from_gpu(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
-        Self::new_gpu(rt, dptr, size, true)
+        Self::new_gpu(rt, dptr, size, true, true)
     }
 
-    fn new_gpu(rt: Arc<Runtime>, dptr: u64, size: u64, try_p2p: bool) -> Result<Buffer> {
+    /// A registration of the library's own ([`crate::gpucache`]).
+    pub(crate) fn from_gpu_uncached(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
+        Self::new_gpu(rt, dptr, size, true, false)
+    }
+
+    fn new_gpu(
+        rt: Arc<Runtime>,
+        dptr: u64,
+        size: u64,
+        try_p2p: bool,
+        release_cached: bool,
+    ) -> Result<Buffer> {
         if size == 0 || dptr == 0 {
             return Err(Error::InvalidArgument(
                 "null device pointer or zero size".into(),
@@ -301,6 +315,9 @@ impl Buffer {
                 size,
                 len: mem.size,
             });
+        }
+        if release_cached {
+            crate::gpucache::release(&rt, &mem);
         }
         let (p2p, no_p2p_reason) = if !try_p2p {
             (None, Some("bounce path asked for".to_string()))

@@ -89,6 +89,24 @@ pub struct fgds_stats {
     pub errors: u64,
 }
 
+/// `struct fgds_gpucache_counters`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct fgds_gpucache_counters {
+    pub registrations: u64,
+    pub unregistrations: u64,
+    pub staged: u64,
+    pub cached: u64,
+    pub uncached: u64,
+    pub pool_buffers: u64,
+    pub cache_hits: u64,
+    pub cache_registrations: u64,
+    pub cache_stale: u64,
+    pub cache_evicted: u64,
+    pub cache_entries: u64,
+    pub cache_bytes: u64,
+}
+
 /// `struct fgds_io_params`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -659,6 +677,36 @@ pub unsafe extern "C" fn fgds_get_stats(handle: c_int, out: *mut fgds_stats) -> 
         }
         Err(e) => fail(e),
     }
+}
+
+/// The process's registrations and what the staging pool and the
+/// registration cache for GPU memory the caller never registered did
+/// (`fgds::gpucache`).
+///
+/// # Safety
+/// `out` must be valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_gpucache_counters(out: *mut fgds_gpucache_counters) -> c_int {
+    if out.is_null() {
+        return fail(Error::InvalidArgument("out is NULL".into()));
+    }
+    let (registrations, unregistrations) = crate::device::registration_counts();
+    let c = crate::gpucache::counters();
+    *out = fgds_gpucache_counters {
+        registrations,
+        unregistrations,
+        staged: c.staged,
+        cached: c.cached,
+        uncached: c.uncached,
+        pool_buffers: c.pool_buffers,
+        cache_hits: c.cache_hits,
+        cache_registrations: c.cache_registrations,
+        cache_stale: c.cache_stale,
+        cache_evicted: c.cache_evicted,
+        cache_entries: c.cache_entries,
+        cache_bytes: c.cache_bytes,
+    };
+    0
 }
 
 /// Copies `text` into `buf` as snprintf does (truncated to `len - 1` bytes

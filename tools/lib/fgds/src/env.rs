@@ -92,6 +92,26 @@ pub const VARS: &[Var] = &[
         meaning: "a boolean; 0: never O_DIRECT, every request through the page cache or a bounce buffer (`Config::disable_direct`; libcufile: as `force_compat_mode` true); alias `FGDS_NO_DIRECT` (inverted)",
     },
     Var {
+        name: "FGDS_DEVICE_CACHE_SIZE",
+        default: "128M",
+        meaning: "bytes of GPU memory per GPU the staging pool may hold for I/O on GPU memory the caller never registered (cuFile's `max_device_cache_size_kb`; libcufile: that key of cufile.json): a size, a multiple of `FGDS_PER_BUFFER_CACHE_SIZE`; 0: no pool",
+    },
+    Var {
+        name: "FGDS_PER_BUFFER_CACHE_SIZE",
+        default: "1M",
+        meaning: "bytes of one staging buffer of that pool, the most a staged request moves per piece (cuFile's `per_buffer_cache_size_kb`): a size, a multiple of 4096 up to 2 GiB - 4 KiB",
+    },
+    Var {
+        name: "FGDS_REG_CACHE_SIZE",
+        default: "4G",
+        meaning: "bytes of whole-allocation registrations the library keeps for I/O on GPU memory the caller never registered (evicted least recently used first; at most 64 allocations): a size, a multiple of 4096; 0: no cache",
+    },
+    Var {
+        name: "FGDS_REG_CACHE_MIN",
+        default: "1M",
+        meaning: "requests on GPU memory the caller never registered of at least this many bytes use the registration cache, smaller ones the staging pool: a size",
+    },
+    Var {
         name: "FGDS_LOG",
         default: "info",
         meaning: "what libcufile says on stderr: off (or 0, none), info (1: the path chosen and each handle's first fallback), debug (2: every failed call too)",
@@ -102,6 +122,17 @@ pub const VARS: &[Var] = &[
         meaning: "the cuFile version libcufile presents, 1.15 to 1.20 (or 1150 to 1200): what `cuFileGetVersion` says and the layout of the statistics it writes (1.18 and older: `CUfileStatsLevel1_t` without the 1.19 vectored counters)",
     },
 ];
+
+/// cuFile's default `max_device_cache_size_kb` (128 MiB): the staging
+/// pool's most bytes per GPU ([`crate::gpucache`]).
+pub const DEFAULT_DEVICE_CACHE_SIZE: usize = 128 << 20;
+/// cuFile's default `per_buffer_cache_size_kb` (1 MiB): one staging buffer.
+pub const DEFAULT_PER_BUFFER_CACHE_SIZE: usize = 1 << 20;
+/// The registration cache's most bytes ([`crate::gpucache`]).
+pub const DEFAULT_REG_CACHE_SIZE: u64 = 4 << 30;
+/// Requests of at least this many bytes use the registration cache
+/// ([`crate::gpucache`] says how it was chosen).
+pub const DEFAULT_REG_CACHE_MIN: usize = 1 << 20;
 
 /// Oldest and newest cuFile version (`1000 * major + 10 * minor`) that
 /// libcufile can present.
@@ -173,6 +204,14 @@ pub struct Env {
     pub bounce_split_size: usize,
     /// `FGDS_BOUNCE_READ`.
     pub bounce_read: BounceRead,
+    /// `FGDS_DEVICE_CACHE_SIZE` (0: no staging pool).
+    pub device_cache_size: usize,
+    /// `FGDS_PER_BUFFER_CACHE_SIZE`.
+    pub per_buffer_cache_size: usize,
+    /// `FGDS_REG_CACHE_SIZE` (0: no registration cache).
+    pub reg_cache_size: u64,
+    /// `FGDS_REG_CACHE_MIN`.
+    pub reg_cache_min: usize,
     /// The variables that are set (not empty), with their values, in
     /// [`VARS`] order, then the [`ALIASES`] set.
     pub set: Vec<(&'static str, String)>,
@@ -258,6 +297,10 @@ impl Env {
             split_size: DEFAULT_SPLIT_SIZE,
             bounce_split_size: DEFAULT_BOUNCE_SPLIT_SIZE,
             bounce_read: BounceRead::Auto,
+            device_cache_size: DEFAULT_DEVICE_CACHE_SIZE,
+            per_buffer_cache_size: DEFAULT_PER_BUFFER_CACHE_SIZE,
+            reg_cache_size: DEFAULT_REG_CACHE_SIZE,
+            reg_cache_min: DEFAULT_REG_CACHE_MIN,
             set: Vec::new(),
             errors: Vec::new(),
         };
@@ -359,6 +402,24 @@ impl Env {
                 },
                 "FGDS_SPLIT_SIZE" => size(any).map(|n| e.split_size = n),
                 "FGDS_BOUNCE_SPLIT_SIZE" => size(any).map(|n| e.bounce_split_size = n),
+                "FGDS_DEVICE_CACHE_SIZE" => match parse_size(&val) {
+                    Some(0) => Ok(0),
+                    _ => size(any),
+                }
+                .map(|n| e.device_cache_size = n),
+                "FGDS_PER_BUFFER_CACHE_SIZE" => size(max_rw).map(|n| e.per_buffer_cache_size = n),
+                "FGDS_REG_CACHE_SIZE" => match parse_size(&val) {
+                    Some(0) => Ok(0),
+                    _ => size(any),
+                }
+                .map(|n| e.reg_cache_size = n as u64),
+                "FGDS_REG_CACHE_MIN" => match parse_size(&val) {
+                    Some(n) if n <= any => {
+                        e.reg_cache_min = n as usize;
+                        Ok(())
+                    }
+                    _ => Err(bad(&format!("not {SIZE_SPELLING}"))),
+                },
                 "FGDS_BOUNCE_READ" => match val.trim().to_ascii_lowercase().as_str() {
                     "auto" => Ok(BounceRead::Auto),
                     "direct" => Ok(BounceRead::Direct),
@@ -371,6 +432,14 @@ impl Env {
             if let Err(m) = r {
                 e.errors.push(m);
             }
+        }
+        if e.device_cache_size % e.per_buffer_cache_size != 0 {
+            e.errors.push(format!(
+                "FGDS_DEVICE_CACHE_SIZE={} is not a multiple of FGDS_PER_BUFFER_CACHE_SIZE={}",
+                e.device_cache_size, e.per_buffer_cache_size
+            ));
+            e.device_cache_size = DEFAULT_DEVICE_CACHE_SIZE;
+            e.per_buffer_cache_size = DEFAULT_PER_BUFFER_CACHE_SIZE;
         }
         e.set.extend(alias_set);
         if e.parallel == 0 {

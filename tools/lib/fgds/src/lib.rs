@@ -13,6 +13,7 @@ pub mod env;
 pub mod error;
 pub mod file;
 pub mod gpu;
+pub mod gpucache;
 mod pool;
 pub mod stats;
 pub mod stream;
