@@ -23,6 +23,20 @@ pub struct Settings {
     pub stats_level: u32,
     /// The `cufile.json` read, if any.
     pub json: Option<PathBuf>,
+    /// The staging pool and registration cache for unregistered GPU memory
+    /// (`properties.max_device_cache_size_kb`, `properties.per_buffer_cache_size_kb`).
+    pub cache: fgds::gpucache::Settings,
+}
+
+/// The library's built-in sizes of the pool and the cache (cuFile's defaults).
+pub fn default_cache() -> fgds::gpucache::Settings {
+    use fgds::env::*;
+    fgds::gpucache::Settings {
+        device_cache_size: DEFAULT_DEVICE_CACHE_SIZE,
+        per_buffer_size: DEFAULT_PER_BUFFER_CACHE_SIZE,
+        reg_cache_size: DEFAULT_REG_CACHE_SIZE,
+        reg_cache_min: DEFAULT_REG_CACHE_MIN,
+    }
 }
 
 impl Default for Settings {
@@ -34,6 +48,7 @@ impl Default for Settings {
             log_name: None,
             stats_level: 0,
             json: None,
+            cache: default_cache(),
         }
     }
 }
@@ -166,7 +181,10 @@ fn json_bool(
 /// (most requests per batch), `properties.allow_compat_mode` (false: strict),
 /// `properties.force_compat_mode` (true: never O_DIRECT, everything
 /// bounces), `execution.max_io_queue_depth` (most requests in flight per
-/// call), `profile.cufile_stats` (statistics level, 0-3). The two limits
+/// call), `profile.cufile_stats` (statistics level, 0-3),
+/// `properties.max_device_cache_size_kb` and `properties.per_buffer_cache_size_kb`
+/// (the staging pool for GPU memory never registered, `fgds::gpucache`;
+/// rounded to whole 4 KiB pages and whole staging buffers). The two limits
 /// only lower fgds's values (`FGDS_CHUNK_SIZE` and `FGDS_QUEUE_DEPTH` set
 /// them). Every other key is ignored.
 pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), ConfigError> {
@@ -201,6 +219,27 @@ pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), Confi
         // Also a cap (NVIDIA's default file says 128).
         s.fgds.queue_depth = s.fgds.queue_depth.min(n as u32);
     }
+    let max_kb = (fgds::engine::MAX_RW_COUNT / 1024) as u64;
+    if let Some(kb) = json_uint(
+        &v,
+        file,
+        &["properties", "per_buffer_cache_size_kb"],
+        4,
+        max_kb,
+    )? {
+        s.cache.per_buffer_size = (kb as usize * 1024).div_ceil(4096) * 4096;
+    }
+    if let Some(kb) = json_uint(
+        &v,
+        file,
+        &["properties", "max_device_cache_size_kb"],
+        0,
+        u32::MAX as u64,
+    )? {
+        // Whole staging buffers (cuFile rounds the same way).
+        let pb = s.cache.per_buffer_size;
+        s.cache.device_cache_size = (kb as usize * 1024) / pb * pb;
+    }
     if let Some(n) = json_uint(&v, file, &["profile", "cufile_stats"], 0, 3)? {
         s.stats_level = n as u32;
     }
@@ -220,6 +259,22 @@ pub fn apply_env(s: &mut Settings, env: &fgds::env::Env) -> Result<(), ConfigErr
     env.apply_set(&mut s.fgds);
     if env.is_set("FGDS_LOG") {
         s.log = env.log;
+    }
+    if env.is_set("FGDS_PER_BUFFER_CACHE_SIZE") {
+        s.cache.per_buffer_size = env.per_buffer_cache_size;
+    }
+    if env.is_set("FGDS_DEVICE_CACHE_SIZE") {
+        s.cache.device_cache_size = env.device_cache_size;
+    }
+    if env.is_set("FGDS_REG_CACHE_SIZE") {
+        s.cache.reg_cache_size = env.reg_cache_size;
+    }
+    if env.is_set("FGDS_REG_CACHE_MIN") {
+        s.cache.reg_cache_min = env.reg_cache_min;
+    }
+    if s.cache.device_cache_size % s.cache.per_buffer_size != 0 {
+        let pb = s.cache.per_buffer_size;
+        s.cache.device_cache_size = s.cache.device_cache_size / pb * pb;
     }
     s.fgds.validate().map_err(|e| ConfigError::Value {
         what: "configuration".into(),

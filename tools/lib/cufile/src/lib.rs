@@ -100,9 +100,12 @@ fn init() -> Result<Driver, (CUfileOpError, String)> {
             ),
         }
     }
+    if let Err(e) = fgds::gpucache::configure(settings.cache) {
+        return Err((CU_FILE_DRIVER_INVALID_PROPS, e.to_string()));
+    }
     Ok(Driver {
         chunk: AtomicUsize::new(settings.fgds.chunk_size),
-        max_cache_kb: AtomicUsize::new(128 << 10),
+        max_cache_kb: AtomicUsize::new(settings.cache.device_cache_size >> 10),
         max_pinned_kb: AtomicUsize::new(32 << 20),
         settings,
         no_p2p,
@@ -234,21 +237,36 @@ fn cuda_gpu(addr: u64) -> Option<Arc<str>> {
     )
 }
 
-/// A buffer for `[addr, addr + len)`: CUDA memory if the CUDA driver knows the
-/// address, host memory otherwise.
+/// A buffer for `[addr, addr + len)` that the caller registers
+/// (`cuFileBufRegister`): CUDA memory if the CUDA driver knows the address
+/// (the library's cached registration of its allocation, if any, is
+/// dropped first), host memory otherwise.
 fn make_buffer(addr: usize, len: usize) -> fgds::Result<RegBuf> {
     let gpu = cuda_gpu(addr as u64);
     let buf = if gpu.is_some() {
         Buffer::from_cuda(addr as u64, len as u64)?
     } else {
         // SAFETY: cuFile's contract: the caller's memory stays valid while it
-        // is registered or while the call using it runs.
+        // is registered.
         unsafe { Buffer::from_host_ptr(addr as *mut u8, len)? }
     };
     Ok(RegBuf {
         buf: Arc::new(buf),
         gpu,
     })
+}
+
+/// What a request's memory is: within a registered buffer (or host memory,
+/// wrapped for the request), or CUDA memory the caller did not register
+/// (served by `fgds::gpucache`: a staging buffer or a cached registration
+/// of its allocation, never a registration per request).
+enum Target {
+    Buf(RegBuf, usize),
+    Gpu {
+        addr: u64,
+        gpu: Arc<str>,
+        rt: Arc<fgds::gpu::Runtime>,
+    },
 }
 
 /// The registered buffer containing `addr` and `addr`'s offset in it.
@@ -263,28 +281,61 @@ fn offset(v: libc::off_t, what: &str) -> fgds::Result<usize> {
     usize::try_from(v).map_err(|_| Error::InvalidArgument(format!("negative {what} {v}")))
 }
 
-/// The buffer and offset for `size` bytes at `base + buf_off`: within a
-/// registered buffer, else a buffer of that range for this request only
+/// The memory of `size` bytes at `base + buf_off`: within a registered
+/// buffer, else CUDA memory the caller did not register, else host memory
 /// (cuFile accepts unregistered memory).
-fn target(base: *const c_void, buf_off: libc::off_t, size: usize) -> fgds::Result<(RegBuf, usize)> {
+fn target(base: *const c_void, buf_off: libc::off_t, size: usize) -> fgds::Result<Target> {
     let bo = offset(buf_off, "buffer offset")?;
     if base.is_null() {
         return Err(Error::InvalidArgument("buffer is NULL".into()));
     }
     if let Some((b, off)) = registered(base as usize) {
-        return Ok((b, off + bo));
+        return Ok(Target::Buf(b, off + bo));
     }
     let start = (base as usize)
         .checked_add(bo)
         .ok_or_else(|| Error::InvalidArgument("buffer offset overflows".into()))?;
-    Ok((make_buffer(start, size)?, 0))
+    if let (Some(gpu), Ok(rt)) = (cuda_gpu(start as u64), fgds::gpu::Runtime::cuda()) {
+        return Ok(Target::Gpu {
+            addr: start as u64,
+            gpu,
+            rt,
+        });
+    }
+    // SAFETY: cuFile's contract: the caller's memory stays valid while the
+    // call using it runs.
+    let buf = unsafe { Buffer::from_host_ptr(start as *mut u8, size.max(1))? };
+    Ok(Target::Buf(
+        RegBuf {
+            buf: Arc::new(buf),
+            gpu: None,
+        },
+        0,
+    ))
+}
+
+/// The buffer, offset and GPU for a request that holds its buffer until
+/// done (a batch's, a stream-ordered one): for unregistered CUDA memory the
+/// cached registration of its allocation (`fgds::gpucache::buffer_for`).
+fn held_target(
+    base: *const c_void,
+    buf_off: libc::off_t,
+    size: usize,
+) -> fgds::Result<(Arc<Buffer>, usize, Option<Arc<str>>)> {
+    match target(base, buf_off, size)? {
+        Target::Buf(rb, off) => Ok((rb.buf, off, rb.gpu)),
+        Target::Gpu { addr, gpu, rt } => {
+            let (b, off, _) = fgds::gpucache::buffer_for(&rt, addr, size.max(1))?;
+            Ok((b, off, Some(gpu)))
+        }
+    }
 }
 
 /// Whether a request is misaligned for the file's O_DIRECT (its edges bounce).
-fn unaligned(h: &Handle, b: &Buffer, off: usize, size: usize, file_off: u64) -> bool {
+fn unaligned(h: &Handle, addr: u64, size: usize, file_off: u64) -> bool {
     let (ma, oa) = h.file.dio_alignment();
     let (ma, oa) = (ma.max(1), oa.max(1));
-    (b.base_addr() + off as u64) % ma != 0 || file_off % oa != 0 || size as u64 % oa != 0
+    addr % ma != 0 || file_off % oa != 0 || size as u64 % oa != 0
 }
 
 /// Says once per handle that its I/O bounced, and why.
@@ -335,14 +386,29 @@ fn sync_io(
     let fell_back = h.file.stats().fallbacks;
     let mut gpu = None;
     let r = offset(file_offset, "file offset").and_then(|fo| {
-        let (rb, off) = target(base, buf_off, size)?;
-        let b = &rb.buf;
-        if let Some(g) = rb.gpu.clone() {
-            gpu = Some((g, b.is_p2p(), unaligned(&h, b, off, size, fo as u64)));
-        }
-        match op {
-            Op::Read => h.file.read(b, off, size, fo as u64),
-            Op::Write => h.file.write(b, off, size, fo as u64),
+        let fo = fo as u64;
+        match target(base, buf_off, size)? {
+            Target::Buf(rb, off) => {
+                let b = &rb.buf;
+                if let Some(g) = rb.gpu.clone() {
+                    let un = unaligned(&h, b.base_addr() + off as u64, size, fo);
+                    gpu = Some((g, b.is_p2p(), un));
+                }
+                match op {
+                    Op::Read => h.file.read(b, off, size, fo),
+                    Op::Write => h.file.write(b, off, size, fo),
+                }
+            }
+            Target::Gpu { addr, gpu: g, rt } => {
+                let un = unaligned(&h, addr, size, fo);
+                let r = match op {
+                    Op::Read => fgds::gpucache::read(&h.file, &rt, addr, size, fo),
+                    Op::Write => fgds::gpucache::write(&h.file, &rt, addr, size, fo),
+                };
+                let p2p = r.as_ref().map_or(true, |(_, route)| route.is_p2p());
+                gpu = Some((g, p2p, un));
+                r.map(|(n, _)| n)
+            }
         }
     });
     note_path(&h);
@@ -451,7 +517,7 @@ pub unsafe extern "C" fn cuFileDriverGetProperties(props: *mut CUfileDrvProps_t)
         },
         fflags: ff,
         max_device_cache_size: d.max_cache_kb.load(Ordering::Relaxed) as c_uint,
-        per_buffer_cache_size: 1024,
+        per_buffer_cache_size: (fgds::gpucache::settings().per_buffer_size >> 10) as c_uint,
         max_device_pinned_mem_size: d.max_pinned_kb.load(Ordering::Relaxed) as c_uint,
         max_batch_io_size: d.settings.max_batch as c_uint,
         max_batch_io_timeout_msecs: 5,
@@ -485,12 +551,20 @@ pub extern "C" fn cuFileDriverSetMaxDirectIOSize(kb: usize) -> CUfileError_t {
     CUfileError_t::OK
 }
 
-/// `cuFileDriverSetMaxCacheSize` (KiB): reported, no effect.
+/// `cuFileDriverSetMaxCacheSize` (KiB): the staging pool's most bytes per
+/// GPU (whole staging buffers) for pools made afterwards (`fgds::gpucache`).
 #[no_mangle]
 pub extern "C" fn cuFileDriverSetMaxCacheSize(kb: usize) -> CUfileError_t {
     match driver() {
         Ok(d) => {
-            d.max_cache_kb.store(kb, Ordering::Relaxed);
+            let mut s = fgds::gpucache::settings();
+            let pb = s.per_buffer_size;
+            s.device_cache_size = kb.saturating_mul(1024) / pb * pb;
+            if fgds::gpucache::configure(s).is_err() {
+                return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+            }
+            d.max_cache_kb
+                .store(s.device_cache_size >> 10, Ordering::Relaxed);
             CUfileError_t::OK
         }
         Err(e) => e,
@@ -861,10 +935,10 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
         };
         let r = offset(p.batch.file_offset, "file offset").and_then(|fo| {
             let size = p.batch.size.max(1);
-            let (rb, buf_off) = target(p.batch.dev_ptr_base, p.batch.dev_ptr_offset, size)?;
-            let posix = !rb.buf.is_p2p() || h.file.no_direct_reason().is_some();
+            let (buffer, buf_off, _) =
+                held_target(p.batch.dev_ptr_base, p.batch.dev_ptr_offset, size)?;
+            let posix = !buffer.is_p2p() || h.file.no_direct_reason().is_some();
             info.push((p.cookie as u64, (op == Op::Write, posix, t0)));
-            let buffer = rb.buf;
             Ok(IoParams {
                 cookie: p.cookie as u64,
                 file: h.file.clone(),
@@ -1066,20 +1140,15 @@ unsafe fn stream_io(
     {
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
-    let (buffer, base_off) = match registered(base as usize) {
-        Some((rb, off)) => (rb.buf, off),
-        None => {
-            // Unregistered: a buffer as large as the request may become
-            // (*size_p is its upper bound, cuFile's rule).
-            // SAFETY: the caller's pointers, checked non-NULL.
-            let (size, bo) = unsafe { (*size_p, *buf_off_p) };
-            let r = offset(bo, "buffer offset")
-                .and_then(|bo| make_buffer(base as usize, bo + size.max(1)));
-            match r {
-                Ok(b) => (b.buf, 0),
-                Err(e) => return status_of("cuFileReadAsync", &e),
-            }
-        }
+    // Unregistered: a buffer as large as the request may become (*size_p
+    // is its upper bound, cuFile's rule); for CUDA memory the cached
+    // registration of its allocation, shared by every request on it.
+    // SAFETY: the caller's pointers, checked non-NULL.
+    let (size, bo) = unsafe { (*size_p, *buf_off_p) };
+    let r = offset(bo, "buffer offset").and_then(|bo| held_target(base, 0, bo + size.max(1)));
+    let (buffer, base_off, gpu) = match r {
+        Ok(x) => x,
+        Err(e) => return status_of("cuFileReadAsync", &e),
     };
     let host = matches!(buffer.kind(), BufferKind::Host | BufferKind::HostUser);
     if host && stream.is_null() && fgds::gpu::Runtime::cuda().is_err() {
@@ -1103,12 +1172,36 @@ unsafe fn stream_io(
         unsafe { bytes_p.write(v) };
         return CUfileError_t::OK;
     }
+    // Counted as cuFileRead/cuFileWrite are, when the stream ran it.
+    let path = if buffer.is_p2p() && h.file.no_direct_reason().is_none() {
+        stats::Path::P2p
+    } else {
+        stats::Path::Posix
+    };
+    let file = h.file.clone();
+    let addr = buffer.base_addr() + base_off as u64;
+    let notify: fgds::Notify = Box::new(move |d: &fgds::StreamDone| {
+        if stats::level() == 0 {
+            return;
+        }
+        let un = {
+            let (ma, oa) = file.dio_alignment();
+            let (ma, oa) = (ma.max(1) as i64, oa.max(1) as i64);
+            (addr as i64).wrapping_add(d.buf_off) % ma != 0
+                || d.file_off % oa != 0
+                || d.size as i64 % oa != 0
+        };
+        let g = gpu.as_deref().map(|g| stats::GpuIo {
+            gpu: g,
+            path,
+            unaligned: un,
+        });
+        stats::io(op == Op::Write, d.size, d.result.ok(), d.took, g);
+    });
     // SAFETY: cuFileReadAsync's contract is LateArgs's.
     let r = unsafe {
-        match op {
-            Op::Read => h.file.read_on_stream(buffer, base_off, args, stream),
-            Op::Write => h.file.write_on_stream(buffer, base_off, args, stream),
-        }
+        h.file
+            .on_stream_notify(op, buffer, base_off, args, stream, notify)
     };
     match r {
         Ok(()) => CUfileError_t::OK,
@@ -1615,16 +1708,17 @@ fn vectored_io(
     let iov = unsafe { std::slice::from_raw_parts(iov, iovcnt) };
     let t0 = Instant::now();
     let r = offset(file_offset, "file offset").and_then(|fo| {
-        // Each segment: its registered buffer, else one for this call.
+        // Each segment: its registered buffer, else the cached registration
+        // of its CUDA allocation, else one for this call.
         let bufs = iov
             .iter()
             .filter(|v| v.len > 0)
-            .map(|v| target(v.base, 0, v.len).map(|(b, off)| (b, off, v.len)))
+            .map(|v| held_target(v.base, 0, v.len).map(|(b, off, _)| (b, off, v.len)))
             .collect::<fgds::Result<Vec<_>>>()?;
         let segs: Vec<fgds::Segment<'_>> = bufs
             .iter()
             .map(|(b, off, len)| fgds::Segment {
-                buffer: &b.buf,
+                buffer: b,
                 offset: *off,
                 size: *len,
             })
