@@ -8,9 +8,17 @@
  * byte read in the BAR file and fills every range written. Strict mode
  * (FGDS_STRICT=1): a request that would bounce fails. The level 3
  * statistics of the stand-in GPU must count cuFileRead and cuFileWrite as
- * P2P, never POSIX (bounce), the level 1 batch counters the batch's
- * requests as P2P (libcufile keeps no statistics of stream-ordered
- * requests).
+ * P2P, never POSIX (bounce), stream-ordered requests counted as they are,
+ * the level 1 batch counters the batch's requests as P2P.
+ *
+ * Unregistered memory (issue 28) never costs a registration per call: the
+ * library's own REG_BUFFER count (fgds_gpucache_counters) does not move
+ * over many calls through the staging pool (64 KiB, at device addresses
+ * O_DIRECT could not use) and the registration cache (1 MiB and more), every
+ * byte checked from the host; two stream-ordered requests on the same
+ * unregistered memory in flight at once both run P2P; an allocation freed
+ * leaves the cache (unregistered) within its bound, and the next one is
+ * registered anew, its bytes where they belong.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +31,7 @@
 
 #include "kselftest_harness.h"
 #include "cufile.h"
+#include "fgds.h"
 #include "gpurt.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
@@ -236,25 +245,142 @@ TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)
 	/* Queued behind the read: sees its bytes. */
 	ASSERT_EQ(0, cuMemcpyDtoHAsync_v2(pin, self->dptr + boff, size, s));
 	/*
-	 * Unregistered, the read registers [dptr, dptr + boff + size) for as long
-	 * as it is in flight (its offsets are read late), and a BAR page is in one
-	 * registration at a time: a write in flight with it over the same pages
-	 * would get EBUSY and bounce (strict: EREMOTEIO). Seen here; what
-	 * issue 28's registration cache is for. One request at a time until then.
+	 * In flight with the read, over the same pages: unregistered, both
+	 * use the cached registration of the allocation (before the cache,
+	 * each registered its own range and the second got EBUSY: strict, an
+	 * error). A BAR page is in one registration at a time.
 	 */
-	if (!variant->registered) {
-		ASSERT_EQ(0, cuStreamSynchronize(s));
-	}
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileWriteAsync(self->fh, (void *)(uintptr_t)self->dptr, &size,
 						    &woff, &wboff, &wdone, s).err);
 	ASSERT_EQ(0, cuStreamSynchronize(s));
 	EXPECT_EQ((ssize_t)size, done);
 	EXPECT_EQ((ssize_t)size, wdone);
+	/* counted as cuFileRead and cuFileWrite are, P2P */
+	all_p2p(_metadata, self, 1, 1);
 	EXPECT_EQ(-1, fgds_pattern_cmp(pin, size, SEED, foff));
 	host_check(_metadata, self->bar_off + boff, size, foff);
 	EXPECT_EQ(-1, file_cmp(self->path, woff, size, SEED + 2));
 	EXPECT_EQ(0, cuMemFreeHost(pin));
 	EXPECT_EQ(0, cuStreamDestroy_v2(s));
+}
+
+static struct fgds_gpucache_counters counters(void)
+{
+	struct fgds_gpucache_counters c;
+
+	memset(&c, 0, sizeof(c));
+	fgds_gpucache_counters(&c);
+	return c;
+}
+
+/*
+ * Many requests, none registering: 64 KiB through the staging pool (at
+ * device addresses no O_DIRECT could use: 256 bytes into a page), 1 MiB and
+ * 3 MiB into the cached registration of the allocation; reads checked in the
+ * BAR from the host, writes in the file.
+ */
+TEST_F_TIMEOUT(cufile, no_registration_per_call, 600)
+{
+	const size_t small = 64 * 1024;
+	char *p = (char *)(uintptr_t)self->dptr;
+	struct fgds_gpucache_counters c0, c1;
+	const int rounds = 8;
+	/* registered memory must be aligned for O_DIRECT (strict mode); staged need not */
+	const uint64_t u = variant->registered ? 0 : 256;
+
+	/* the first of each kind may set up: a staging buffer, a cached registration */
+	ASSERT_EQ((ssize_t)small, cuFileRead(self->fh, p + u, small, 0, 0));
+	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(self->fh, p + SZ_1M, SZ_1M, 0, 0));
+	c0 = counters();
+	for (int i = 0; i < rounds; i++) {
+		uint64_t at = i * 3 * small + u * (i % 2 + 1);
+		off_t fo = (i + 1) * small;
+
+		ASSERT_EQ((ssize_t)small, cuFileRead(self->fh, p + at, small, fo, 0));
+		host_check(_metadata, self->bar_off + at, small, fo);
+		at = 2 * SZ_1M + (i % 3) * SZ_1M;
+		fo = (i + 1) * SZ_1M;
+		ASSERT_EQ((ssize_t)(i % 2 ? 3 * SZ_1M : SZ_1M),
+			  cuFileRead(self->fh, p + at, i % 2 ? 3 * SZ_1M : SZ_1M, fo, 0));
+		host_check(_metadata, self->bar_off + at, i % 2 ? 3 * SZ_1M : SZ_1M, fo);
+	}
+	host_fill(_metadata, SEED + 3, self->bar_off, SZ_1M);
+	for (int i = 0; i < rounds; i++) {
+		ASSERT_EQ((ssize_t)small, cuFileWrite(self->fh, p + u + i * small, small,
+						      LEN + i * small, 0));
+	}
+	c1 = counters();
+	/* the host filled from BAR offset 0 with SEED + 3: file byte LEN + x is pattern byte x + u */
+	{
+		void *buf;
+		int fd = open(self->path, O_RDONLY | O_DIRECT);
+
+		ASSERT_LE(0, fd);
+		ASSERT_EQ(0, posix_memalign(&buf, 4096, rounds * small + 4096));
+		ASSERT_EQ((ssize_t)(rounds * small + 4096),
+			  pread(fd, buf, rounds * small + 4096, LEN - 4096));
+		EXPECT_EQ(-1, fgds_pattern_cmp((char *)buf + 4096, rounds * small, SEED + 3, u));
+		free(buf);
+		close(fd);
+	}
+	TH_LOG("registrations %llu -> %llu, staged %llu -> %llu, cached %llu -> %llu, pool buffers %llu",
+	       (unsigned long long)c0.registrations, (unsigned long long)c1.registrations,
+	       (unsigned long long)c0.staged, (unsigned long long)c1.staged,
+	       (unsigned long long)c0.cached, (unsigned long long)c1.cached,
+	       (unsigned long long)c1.pool_buffers);
+	EXPECT_EQ(c0.registrations, c1.registrations);
+	EXPECT_EQ(c0.unregistrations, c1.unregistrations);
+	if (!variant->registered) {
+		EXPECT_EQ(c0.staged + 2 * rounds, c1.staged);
+		EXPECT_EQ(c0.cached + rounds, c1.cached);
+		EXPECT_LE(1, c1.pool_buffers);
+	}
+	all_p2p(_metadata, self, 2 + 2 * rounds, rounds);
+}
+
+/*
+ * An allocation freed leaves the cache within its bound (its registration
+ * dropped, unregistered), and an allocation made after it is registered
+ * anew, never served by the old registration; its bytes are where the
+ * runtime put it.
+ */
+TEST_F_TIMEOUT(cufile, freed_allocation_leaves_the_cache, 300)
+{
+	struct fgds_gpucache_counters c0, c1, c2;
+	CUdeviceptr b, c;
+	uint64_t boff;
+	int ord, waited = 0;
+
+	if (variant->registered)
+		SKIP(return, "the cache serves unregistered memory");
+	ASSERT_EQ(0, cuMemAlloc_v2(&b, 4 * SZ_1M));
+	ASSERT_EQ((ssize_t)(2 * SZ_1M),
+		  cuFileRead(self->fh, (void *)(uintptr_t)(b + SZ_1M), 2 * SZ_1M, SZ_1M, 0));
+	c0 = counters();
+	ASSERT_LE(1, c0.cache_entries);
+	ASSERT_EQ(0, cuMemFree_v2(b));
+	/* the bound: 500 ms between checks, plus the UNREG */
+	do {
+		usleep(100 * 1000);
+		c1 = counters();
+	} while (c1.cache_stale == c0.cache_stale && ++waited < 30);
+	TH_LOG("dropped after %d ms: stale %llu -> %llu, unregistrations %llu -> %llu",
+	       waited * 100, (unsigned long long)c0.cache_stale,
+	       (unsigned long long)c1.cache_stale, (unsigned long long)c0.unregistrations,
+	       (unsigned long long)c1.unregistrations);
+	EXPECT_EQ(c0.cache_stale + 1, c1.cache_stale);
+	EXPECT_EQ(c0.cache_entries - 1, c1.cache_entries);
+	EXPECT_LE(c0.unregistrations + 1, c1.unregistrations);
+	EXPECT_GE(15, waited);
+	ASSERT_EQ(0, cuMemAlloc_v2(&c, 4 * SZ_1M));
+	ASSERT_EQ(0, fgds_gpurt_bar_offset(c, &ord, &boff));
+	ASSERT_EQ((ssize_t)(2 * SZ_1M),
+		  cuFileRead(self->fh, (void *)(uintptr_t)(c + SZ_1M), 2 * SZ_1M, 3 * SZ_1M, 0));
+	host_check(_metadata, boff + SZ_1M, 2 * SZ_1M, 3 * SZ_1M);
+	c2 = counters();
+	EXPECT_EQ(c1.cache_registrations + 1, c2.cache_registrations);
+	EXPECT_EQ(c1.cache_hits, c2.cache_hits);
+	EXPECT_EQ(0, cuMemFree_v2(c));
 }
 
 TEST_HARNESS_MAIN
