@@ -33,13 +33,16 @@ stress:
 
 # The driver's figures and the in-VM suite (every path side by side), on the
 # release kernel; the driver's figures in build/bench/vm-driver.json, the
-# suite's rows in build/bench/vm-suite.json, plots in build/bench/plots.
+# suite's rows in build/bench/vm-suite.json, plots in build/bench/plots,
+# unregistered against registered GPU memory through libcufile.so.0 in
+# build/bench/unreg-bench.json.
 bench:
 	FGDS_KCONFIG=$(or $(FGDS_KCONFIG),release) $(VM)/run-vm.sh bench
 	mkdir -p build/bench
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-suite.json build/bench/vm-suite.json
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-driver.json build/bench/vm-driver.json
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vecsplit.txt build/bench/vecsplit.txt
+	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/unreg-bench.json build/bench/unreg-bench.json
 	$(BENCH)/plot.py build/bench/vm-suite.json build/bench/plots
 
 # The host suite: the library's engine against fio and a pread pool.
