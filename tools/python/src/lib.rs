@@ -129,6 +129,40 @@ struct Buffer {
     owner: Mutex<Option<PyObject>>,
 }
 
+/// `(pointer, bytes, read-only)` of a `__cuda_array_interface__` (C-contiguous, not empty).
+fn cai_range(cai: &Bound<'_, PyAny>) -> PyResult<(u64, usize, bool)> {
+    let (ptr, ro): (u64, bool) = cai.get_item("data")?.extract()?;
+    let shape: Vec<usize> = cai.get_item("shape")?.extract()?;
+    let typestr: String = cai.get_item("typestr")?.extract()?;
+    let itemsize: usize = typestr
+        .get(2..)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| PyValueError::new_err(format!("bad typestr {typestr:?}")))?;
+    let strides: Option<Vec<isize>> = match cai.get_item("strides") {
+        Ok(s) if !s.is_none() => Some(s.extract()?),
+        _ => None,
+    };
+    check_contiguous(&shape, strides.as_deref(), itemsize as isize)?;
+    let size = shape.iter().product::<usize>() * itemsize;
+    if size == 0 || ptr == 0 {
+        return Err(PyValueError::new_err(
+            "cannot register an empty device array",
+        ));
+    }
+    Ok((ptr, size, ro))
+}
+
+/// GPU memory of an object that is not an `fgds.Buffer` (a CUDA array):
+/// `(pointer, bytes, read-only)`, for I/O through the library's staging
+/// pool and registration cache (`fgds::gpucache`) instead of a registration
+/// per call.
+fn unregistered_gpu(obj: &Bound<'_, PyAny>) -> PyResult<Option<(u64, usize, bool)>> {
+    if obj.downcast::<Buffer>().is_ok() || !obj.hasattr("__cuda_array_interface__")? {
+        return Ok(None);
+    }
+    cai_range(&obj.getattr("__cuda_array_interface__")?).map(Some)
+}
+
 impl Buffer {
     fn new(b: RBuffer, readonly: bool, view: Option<View>, owner: Option<PyObject>) -> Buffer {
         Buffer {
@@ -177,24 +211,7 @@ impl Buffer {
     }
 
     fn from_cai(obj: &Bound<'_, PyAny>, cai: &Bound<'_, PyAny>) -> PyResult<Buffer> {
-        let (ptr, ro): (u64, bool) = cai.get_item("data")?.extract()?;
-        let shape: Vec<usize> = cai.get_item("shape")?.extract()?;
-        let typestr: String = cai.get_item("typestr")?.extract()?;
-        let itemsize: usize = typestr
-            .get(2..)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| PyValueError::new_err(format!("bad typestr {typestr:?}")))?;
-        let strides: Option<Vec<isize>> = match cai.get_item("strides") {
-            Ok(s) if !s.is_none() => Some(s.extract()?),
-            _ => None,
-        };
-        check_contiguous(&shape, strides.as_deref(), itemsize as isize)?;
-        let size = shape.iter().product::<usize>() * itemsize;
-        if size == 0 || ptr == 0 {
-            return Err(PyValueError::new_err(
-                "cannot register an empty device array",
-            ));
-        }
+        let (ptr, size, ro) = cai_range(cai)?;
         // Registration (export, REG_BUFFER, mmap) without the GIL.
         let b = obj
             .py()
@@ -585,6 +602,60 @@ fn hold(obj: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Held> {
     Ok(Held { py_buf, buf })
 }
 
+/// I/O on GPU memory that is not registered, without the GIL
+/// (`fgds::gpucache`: a staging buffer or the cached registration of its
+/// allocation).
+fn gpu_io(
+    py: Python<'_>,
+    f: &Arc<FileHandle>,
+    write: bool,
+    hip: bool,
+    ptr: u64,
+    size: usize,
+    file_offset: u64,
+) -> PyResult<usize> {
+    if size == 0 {
+        return Err(PyValueError::new_err("size must be > 0"));
+    }
+    py.allow_threads(|| {
+        let rt = if hip {
+            fgds::gpu::Runtime::hip()
+        } else {
+            fgds::gpu::Runtime::cuda()
+        }?;
+        if write {
+            fgds::gpucache::write(f, &rt, ptr, size, file_offset)
+        } else {
+            fgds::gpucache::read(f, &rt, ptr, size, file_offset)
+        }
+    })
+    .map(|(n, _)| n)
+    .map_err(to_py)
+}
+
+/// `gpucache_counters() -> dict`: the process's REG_BUFFER and UNREG_BUFFER
+/// calls through the library and what its staging pool and registration
+/// cache did (`fgds::gpucache::counters`).
+#[pyfunction]
+fn gpucache_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let (reg, unreg) = fgds::device::registration_counts();
+    let c = fgds::gpucache::counters();
+    let d = PyDict::new(py);
+    d.set_item("registrations", reg)?;
+    d.set_item("unregistrations", unreg)?;
+    d.set_item("staged", c.staged)?;
+    d.set_item("cached", c.cached)?;
+    d.set_item("uncached", c.uncached)?;
+    d.set_item("pool_buffers", c.pool_buffers)?;
+    d.set_item("cache_hits", c.cache_hits)?;
+    d.set_item("cache_registrations", c.cache_registrations)?;
+    d.set_item("cache_stale", c.cache_stale)?;
+    d.set_item("cache_evicted", c.cache_evicted)?;
+    d.set_item("cache_entries", c.cache_entries)?;
+    d.set_item("cache_bytes", c.cache_bytes)?;
+    Ok(d)
+}
+
 fn check_range(len: usize, buf_offset: usize, size: Option<usize>) -> PyResult<usize> {
     if buf_offset > len {
         return Err(os_err(
@@ -859,6 +930,23 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<usize> {
         let f = self.get()?;
+        if let Some((ptr, len, ro)) = unregistered_gpu(buf)? {
+            if ro {
+                return Err(PyValueError::new_err(
+                    "cannot read into a read-only device array",
+                ));
+            }
+            let size = check_range(len, buf_offset, size)?;
+            return gpu_io(
+                py,
+                &f,
+                false,
+                false,
+                ptr + buf_offset as u64,
+                size,
+                file_offset,
+            );
+        }
         let h = hold(buf, true)?;
         let size = check_range(h.buf.len(), buf_offset, size)?;
         let b = h.buf.clone();
@@ -877,11 +965,56 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<usize> {
         let f = self.get()?;
+        if let Some((ptr, len, _)) = unregistered_gpu(buf)? {
+            let size = check_range(len, buf_offset, size)?;
+            return gpu_io(
+                py,
+                &f,
+                true,
+                false,
+                ptr + buf_offset as u64,
+                size,
+                file_offset,
+            );
+        }
         let h = hold(buf, false)?;
         let size = check_range(h.buf.len(), buf_offset, size)?;
         let b = h.buf.clone();
         py.allow_threads(|| f.write(&b, buf_offset, size, file_offset))
             .map_err(to_py)
+    }
+
+    /// `pread_device(ptr, size, file_offset=0, hip=False) -> int`: reads
+    /// `size` bytes at `file_offset` into CUDA (or HIP) memory at `ptr` that
+    /// is not registered, through the library's staging buffers or its
+    /// cached registration of the allocation (no registration per call;
+    /// `fgds.gpucache_counters()` shows them).
+    #[pyo3(signature = (ptr, size, file_offset=0, hip=false))]
+    fn pread_device(
+        &self,
+        py: Python<'_>,
+        ptr: u64,
+        size: usize,
+        file_offset: u64,
+        hip: bool,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        gpu_io(py, &f, false, hip, ptr, size, file_offset)
+    }
+
+    /// `pwrite_device(ptr, size, file_offset=0, hip=False) -> int`: as
+    /// `pread_device`, from the device memory to the file.
+    #[pyo3(signature = (ptr, size, file_offset=0, hip=false))]
+    fn pwrite_device(
+        &self,
+        py: Python<'_>,
+        ptr: u64,
+        size: usize,
+        file_offset: u64,
+        hip: bool,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        gpu_io(py, &f, true, hip, ptr, size, file_offset)
     }
 
     /// `readv(segments, file_offset=0) -> int`: reads into the segments in
@@ -1644,6 +1777,7 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(strhint, m)?)?;
     m.add_function(wrap_pyfunction!(config, m)?)?;
     m.add_function(wrap_pyfunction!(errno_table, m)?)?;
+    m.add_function(wrap_pyfunction!(gpucache_counters, m)?)?;
     m.add("IOV_MAX", fgds::FGDS_IOV_MAX)?;
     m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;
     m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;

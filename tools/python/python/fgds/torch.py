@@ -217,21 +217,37 @@ class GdsFile:
         n = storage.nbytes()
         if n == 0:
             return 0
-        try:
-            buf, temp = _buffer_for(storage)
-        except (OSError, ValueError) as e:
-            raise _gds_error(call, e) from e
-        _sync(storage)
-        try:
-            if write:
-                done = self.handle.pwrite(buf, n, offset, 0)
-            else:
-                done = self.handle.pread(buf, n, offset, 0)
-        except OSError as e:
-            raise _gds_error(call, e) from e
-        finally:
-            if temp:
-                buf.close()
+        with _reg_lock:
+            e = _registered.get(_key(storage))
+        if e is None and storage.device.type == "cuda":
+            # Not registered: the library's staging buffers or its cached
+            # registration of the allocation, never a registration per call
+            # (what cuFile does with unregistered memory).
+            _sync(storage)
+            hip = bool(_torch().version.hip)
+            try:
+                if write:
+                    done = self.handle.pwrite_device(storage.data_ptr(), n, offset, hip)
+                else:
+                    done = self.handle.pread_device(storage.data_ptr(), n, offset, hip)
+            except (OSError, ValueError) as e:
+                raise _gds_error(call, e) from e
+        else:
+            try:
+                buf, temp = _buffer_for(storage)
+            except (OSError, ValueError) as e:
+                raise _gds_error(call, e) from e
+            _sync(storage)
+            try:
+                if write:
+                    done = self.handle.pwrite(buf, n, offset, 0)
+                else:
+                    done = self.handle.pread(buf, n, offset, 0)
+            except OSError as e:
+                raise _gds_error(call, e) from e
+            finally:
+                if temp:
+                    buf.close()
         if done != n:
             if write:
                 msg = f"cuFileWrite partial write: expected {n} bytes, wrote {done}"
