@@ -43,6 +43,7 @@ bench:
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vm-driver.json build/bench/vm-driver.json
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/vecsplit.txt build/bench/vecsplit.txt
 	cp build/vm-$(or $(FGDS_KCONFIG),release)/out/unreg-bench.json build/bench/unreg-bench.json
+	-cp build/vm-$(or $(FGDS_KCONFIG),release)/out/unreg-bench-python.json build/bench/unreg-bench-python.json
 	$(BENCH)/plot.py build/bench/vm-suite.json build/bench/plots
 
 # The host suite: the library's engine against fio and a pread pool.

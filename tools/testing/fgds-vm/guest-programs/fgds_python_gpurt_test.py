@@ -11,6 +11,15 @@ reads and a stream-ordered read land in the BAR (checked by the host),
 a write from a range the host filled reaches the file, and the statistics
 count every byte direct, none bounced.
 
+Memory it is not given as a Buffer goes through the library's staging
+buffers and cached registrations: no REG_BUFFER per call (its own count,
+fgds.gpucache_counters()).
+
+--bench, or run as fgds_python_unreg_bench (make bench; a copy of this
+program): per-call time of fgds.File.pread of 64 KiB, 1 MiB
+and 16 MiB, unregistered against registered, rows as TAP comments and in
+$FGDS_BENCH_JSON (/fgds/out/unreg-bench-python.json).
+
 Output: TAP. Needs the fgds VM (FGDS_GPU_BDF, FGDS_EXT4).
 """
 import ctypes
@@ -30,6 +39,9 @@ MIB = 1 << 20
 if CUDA_DIR not in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
     os.environ["LD_LIBRARY_PATH"] = CUDA_DIR
     os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+BENCH = "--bench" in sys.argv or os.path.basename(sys.argv[0]).endswith("_bench")
 
 
 class Fail(Exception):
@@ -169,16 +181,101 @@ def test_read_on_stream(e, cu, dptr, path):
     cu.call("cuStreamDestroy_v2", s)
 
 
+def test_no_registration_per_call(e, cu, dptr, path):
+    """fgds.File on CUDA memory it was not given as a Buffer (a
+    __cuda_array_interface__ object, a bare pointer): the library's staging
+    buffers (64 KiB, at an address 256 bytes into a page) and its cached
+    registration of the allocation (1 MiB), no REG_BUFFER per call."""
+    import fgds
+    off = cu.bar_offset(dptr)
+    small = 64 << 10
+    with fgds.File(path, "r+", strict=True) as f:
+        # the first of each kind sets up (a staging buffer, a cached registration)
+        expect(f.pread(CudaArray(dptr + 256, small), file_offset=0) == small, "short read")
+        expect(f.pread_device(dptr + MIB, MIB, 0) == MIB, "short read")
+        c0 = fgds.gpucache_counters()
+        for i in range(8):
+            at = 256 + i * 2 * small
+            expect(f.pread(CudaArray(dptr + at, small), file_offset=i * small) == small, "short")
+            ans = host_req("check", 0x77, off + at, small, i * small)
+            expect(ans == "ok", f"host (staged {i}): {ans}")
+            # (the file's second MiB holds what test_cuda_array_interface wrote)
+            expect(f.pread_device(dptr + 2 * MIB, MIB, 0) == MIB, "short read")
+            ans = host_req("check", 0x77, off + 2 * MIB, MIB, 0)
+            expect(ans == "ok", f"host (cached {i}): {ans}")
+        ans = host_req("fill", 0x79, off + 3 * MIB, small, 0)
+        expect(ans == "ok", f"host fill: {ans}")
+        expect(f.pwrite(CudaArray(dptr + 3 * MIB, small), file_offset=MIB) == small, "short")
+        c1 = fgds.gpucache_counters()
+        expect(c1["registrations"] == c0["registrations"],
+               f"registered per call: {c0} -> {c1}")
+        expect(c1["staged"] - c0["staged"] == 9 and c1["cached"] - c0["cached"] == 8,
+               f"routes: {c0} -> {c1}")
+        st = f.stats()
+        expect(st["bounce_bytes"] == 0, st)
+    with open(path, "rb") as fh:
+        fh.seek(MIB)
+        expect(fh.read(small) == pattern(0x79, small), "the file does not hold the BAR's bytes")
+
+
+def bench(e, cu, dptr, path):
+    """fgds.File.pread per call, unregistered (a __cuda_array_interface__
+    object) against a registered fgds.Buffer of other memory: 64 KiB, 1 MiB,
+    16 MiB; the library's REG_BUFFER calls during the timed calls."""
+    import fgds
+    size_file = 64 * MIB
+    with open(path, "wb") as fh:
+        fh.write(pattern(0x7a, MIB) * 64)
+        fh.flush()
+        os.fsync(fh.fileno())
+    mem = 32 * MIB
+    reg_ptr, un_ptr = cu.alloc(mem), cu.alloc(mem)
+    rows = []
+    with fgds.Buffer.from_cuda(reg_ptr, mem) as rbuf, fgds.File(path, "r") as f:
+        for size, n in ((64 << 10, 200), (MIB, 60), (16 * MIB, 10)):
+            slots = (size_file - size) // size
+            f.pread(rbuf, size, file_offset=0)
+            f.pread(CudaArray(un_ptr, size), file_offset=0)
+            c0 = fgds.gpucache_counters()
+            tr, tu = [], []
+            for i in range(n):
+                fo = ((i * 7 + 1) % slots) * size
+                mo = (i % 2) * (mem - size)
+                t0 = time.perf_counter()
+                f.pread(rbuf, size, file_offset=fo, buf_offset=mo)
+                tr.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                f.pread(CudaArray(un_ptr + mo, size), file_offset=fo)
+                tu.append(time.perf_counter() - t0)
+            c1 = fgds.gpucache_counters()
+            mr, mu = sorted(tr)[n // 2] * 1e6, sorted(tu)[n // 2] * 1e6
+            rows.append((size, n, mr, mu, c1["registrations"] - c0["registrations"],
+                         c1["staged"] - c0["staged"], c1["cached"] - c0["cached"]))
+    for size, n, mr, mu, regs, st, ca in rows:
+        print(f"# python  {size >> 10:6d} KiB  registered {mr:9.1f} us {size / mr / 1.048576:7.1f} MiB/s"
+              f"  unregistered {mu:9.1f} us {size / mu / 1.048576:7.1f} MiB/s  {mr / mu:.2f}x"
+              f"  REG {regs} in {2 * n} calls  (staged {st}, cached {ca})")
+    out = os.environ.get("FGDS_BENCH_JSON", "/fgds/out/unreg-bench-python.json")
+    import json
+    with open(out, "w") as fh:
+        for size, n, mr, mu, regs, st, ca in rows:
+            fh.write(json.dumps({"mode": "python", "size": size, "calls": n,
+                                 "registered_us": round(mr, 1), "unregistered_us": round(mu, 1),
+                                 "ratio": round(mr / mu, 3), "reg_buffer_calls": regs,
+                                 "staged": st, "cached": ca}) + "\n")
+
+
 TESTS = [
     test_buffer_from_cuda_reads_p2p,
     test_cuda_array_interface_both_ways,
     test_read_on_stream,
+    test_no_registration_per_call,
 ]
 
 
 def main():
     print("TAP version 13")
-    print(f"1..{len(TESTS) + 1}")
+    print(f"1..{2 if BENCH else len(TESTS) + 1}")
     missing = [n for n in ("FGDS_GPU_BDF", "FGDS_EXT4") if not os.environ.get(n)]
     if missing:
         for i in range(len(TESTS) + 1):
@@ -199,6 +296,17 @@ def main():
             print(f"not ok {i} {t.__name__[5:]} # no set-up")
         return 1
     failed = 0
+    if BENCH:
+        try:
+            bench(e, cu, dptr, path)
+            print("ok 2 bench")
+        except Exception:
+            print("not ok 2 bench")
+            for line in traceback.format_exc().splitlines():
+                print(f"# {line}")
+            failed = 1
+        os.unlink(path)
+        return failed
     for i, t in enumerate(TESTS, 2):
         name = t.__name__[len("test_"):]
         try:

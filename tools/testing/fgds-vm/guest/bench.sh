@@ -21,3 +21,6 @@ if [ -x ./cufile_unreg_bench ]; then
 else
 	echo "fgds-guest: cufile_unreg_bench not built (no libcufile)"
 fi
+if [ -x ./fgds_python_unreg_bench ]; then
+	FGDS_BENCH_JSON=/fgds/out/unreg-bench-python.json ./fgds_python_unreg_bench
+fi
