@@ -50,6 +50,8 @@ pub fn size_range(p: i32) -> Result<(usize, usize), CUfileOpError> {
         sp::EXECUTION_MAX_IO_QUEUE_DEPTH => Ok((1, 4096)),
         sp::PROPERTIES_MAX_DIRECT_IO_SIZE_KB => Ok((4, fgds::engine::MAX_RW_COUNT / 1024)),
         sp::PROPERTIES_IO_BATCHSIZE => Ok((1, 4096)),
+        sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB => Ok((0, u32::MAX as usize)),
+        sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB => Ok((4, fgds::engine::MAX_RW_COUNT / 1024)),
         p if (0..sp::COUNT as i32).contains(&p) => Err(CU_FILE_PLATFORM_NOT_SUPPORTED),
         _ => Err(CU_FILE_INVALID_VALUE),
     }
@@ -144,6 +146,15 @@ pub fn apply(st: &Staged, s: &mut Settings) {
     if let Some(v) = st.sizes[sp::PROPERTIES_IO_BATCHSIZE as usize] {
         s.max_batch = v;
     }
+    if let Some(kb) = st.sizes[sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB as usize] {
+        s.cache.per_buffer_size = (kb * 1024).div_ceil(4096) * 4096;
+    }
+    let pb = s.cache.per_buffer_size;
+    if let Some(kb) = st.sizes[sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB as usize] {
+        s.cache.device_cache_size = kb * 1024;
+    }
+    // whole staging buffers
+    s.cache.device_cache_size = s.cache.device_cache_size / pb * pb;
     if let Some(v) = st.bools[bp::PROPERTIES_ALLOW_COMPAT_MODE as usize] {
         s.fgds.strict = !v;
     }
@@ -173,6 +184,8 @@ pub fn get_size(
         sp::PROFILE_STATS => stats_level as usize,
         sp::EXECUTION_MAX_IO_QUEUE_DEPTH => s.fgds.queue_depth as usize,
         sp::PROPERTIES_MAX_DIRECT_IO_SIZE_KB => chunk / 1024,
+        sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB => s.cache.device_cache_size / 1024,
+        sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB => s.cache.per_buffer_size / 1024,
         _ => s.max_batch,
     })
 }
@@ -249,5 +262,29 @@ mod tests {
         );
         assert_eq!(get_size(sp::PROPERTIES_IO_BATCHSIZE, &s, chunk, 0), Ok(8));
         assert_eq!(get_bool(bp::PROPERTIES_ALLOW_COMPAT_MODE, &s), Ok(false));
+    }
+
+    #[test]
+    fn staging_pool_sizes() {
+        let mut st = Staged::default();
+        st.sizes[sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB as usize] = Some(2048);
+        st.sizes[sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB as usize] = Some(5000);
+        let mut s = Settings::default();
+        assert_eq!(
+            get_size(sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB, &s, 0, 0),
+            Ok(128 << 10),
+            "cuFile's default"
+        );
+        apply(&st, &mut s);
+        assert_eq!(s.cache.per_buffer_size, 2 << 20);
+        assert_eq!(s.cache.device_cache_size, 4 << 20, "whole staging buffers");
+        assert_eq!(
+            get_size(sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB, &s, 0, 0),
+            Ok(2048)
+        );
+        assert_eq!(
+            set_size(sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB, 1),
+            Err(CU_FILE_INVALID_VALUE)
+        );
     }
 }
