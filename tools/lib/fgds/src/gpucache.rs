@@ -18,6 +18,8 @@
 //!    (`cuMemGetAddressRange`), made on the first such request and kept in
 //!    the cache ([`Route::Cached`]). The allocation must start on 64 KiB
 //!    (CUDA's export rule) and the range lie in its first 64 KiB multiple.
+//!    A smaller request on an allocation the cache holds already uses
+//!    that registration too (it costs nothing more).
 //! 3. Otherwise, or where 2 cannot be used: peer to peer into one of the
 //!    GPU's staging buffers (`per_buffer_cache_size`, 1 MiB each, allocated
 //!    and registered once, up to `max_device_cache_size`, 128 MiB per GPU:
@@ -36,12 +38,16 @@
 //! per request; two requests in flight on the same memory share it), else
 //! a registration of their own.
 //!
-//! The threshold: in the VM (`make bench`, `docs/benchmarks.md` section
-//! "unregistered GPU memory") a staged 64 KiB read costs about what a read
-//! into registered memory does, a staged 1 MiB read pays its copy
-//! (through the emulated BAR) on top of the read, and a cached one costs
-//! what the registered one does from the second call on: requests from 1
-//! MiB on use the cache.
+//! The threshold, from `cufile_unreg_bench` in the VM (`docs/benchmarks.md`,
+//! "Unregistered GPU memory"): through the staging pool a 1 MiB read ran
+//! at 0.77x and a 16 MiB one at 0.69x of the same read into registered
+//! memory (the copy through the emulated BAR, and the pieces of one staging
+//! buffer in turn, on top of the read), through the cache at 0.95x and
+//! 0.98x; a 64 KiB read staged at 0.71x, where the cache would register a
+//! whole allocation for a small read (a one-off read into a fresh tensor
+//! would pay a registration and, later, its UNREG). So requests from 1 MiB
+//! on use the cache, smaller ones the pool unless the cache holds their
+//! allocation already.
 //!
 //! # The cache's bounds
 //!
@@ -425,6 +431,27 @@ fn cached(
     dptr: u64,
     size: u64,
 ) -> Option<(Arc<Buffer>, usize)> {
+    cached_or(rt, mem, dptr, size, true)
+}
+
+/// [`cached`] without registering on a miss: the cached registration of the
+/// allocation only if there is one already.
+fn cached_hit(
+    rt: &Arc<Runtime>,
+    mem: &DeviceMemory,
+    dptr: u64,
+    size: u64,
+) -> Option<(Arc<Buffer>, usize)> {
+    cached_or(rt, mem, dptr, size, false)
+}
+
+fn cached_or(
+    rt: &Arc<Runtime>,
+    mem: &DeviceMemory,
+    dptr: u64,
+    size: u64,
+    register: bool,
+) -> Option<(Arc<Buffer>, usize)> {
     let s = settings();
     if s.reg_cache_size == 0 {
         return None;
@@ -452,6 +479,9 @@ fn cached(
     };
     STALE.fetch_add(stale.len() as u64, Ordering::Relaxed);
     drop(stale);
+    if !register {
+        return None;
+    }
     let _one = reg_lock().lock().unwrap_or_else(|p| p.into_inner());
     if let Lookup::Hit(v) = cache()
         .lock()
@@ -788,12 +818,17 @@ fn io(
     }
     let s = settings();
     let mut tried_cache = false;
-    if size >= s.reg_cache_min {
+    // From the threshold on, the allocation is registered if it is not
+    // yet; below it, its registration is used only if it exists already.
+    let found = if size >= s.reg_cache_min {
         tried_cache = true;
-        if let Some((b, off)) = cached(rt, &mem, dptr, size as u64) {
-            CACHED.fetch_add(1, Ordering::Relaxed);
-            return run(&b, off).map(|n| (n, Route::Cached));
-        }
+        cached(rt, &mem, dptr, size as u64)
+    } else {
+        cached_hit(rt, &mem, dptr, size as u64)
+    };
+    if let Some((b, off)) = found {
+        CACHED.fetch_add(1, Ordering::Relaxed);
+        return run(&b, off).map(|n| (n, Route::Cached));
     }
     if let Ok(l) = lease(rt, &mem) {
         STAGED.fetch_add(1, Ordering::Relaxed);
