@@ -183,39 +183,47 @@ def test_read_on_stream(e, cu, dptr, path):
 
 def test_no_registration_per_call(e, cu, dptr, path):
     """fgds.File on CUDA memory it was not given as a Buffer (a
-    __cuda_array_interface__ object, a bare pointer): the library's staging
-    buffers (64 KiB, at an address 256 bytes into a page) and its cached
-    registration of the allocation (1 MiB), no REG_BUFFER per call."""
+    __cuda_array_interface__ object, a bare pointer): 64 KiB into an
+    allocation that never sees a larger request through the library's
+    staging buffers (at an address 256 bytes into a page), 1 MiB into its
+    cached registration of the allocation, then 64 KiB into that one (cached
+    already); no REG_BUFFER per call."""
     import fgds
     off = cu.bar_offset(dptr)
+    sm = cu.alloc(MIB)
+    sm_off = cu.bar_offset(sm)
     small = 64 << 10
     with fgds.File(path, "r+", strict=True) as f:
         # the first of each kind sets up (a staging buffer, a cached registration)
-        expect(f.pread(CudaArray(dptr + 256, small), file_offset=0) == small, "short read")
+        expect(f.pread(CudaArray(sm + 256, small), file_offset=0) == small, "short read")
         expect(f.pread_device(dptr + MIB, MIB, 0) == MIB, "short read")
         c0 = fgds.gpucache_counters()
         for i in range(8):
-            at = 256 + i * 2 * small
-            expect(f.pread(CudaArray(dptr + at, small), file_offset=i * small) == small, "short")
-            ans = host_req("check", 0x77, off + at, small, i * small)
+            at = 256 + (i % 4) * 2 * small
+            expect(f.pread(CudaArray(sm + at, small), file_offset=i * small) == small, "short")
+            ans = host_req("check", 0x77, sm_off + at, small, i * small)
             expect(ans == "ok", f"host (staged {i}): {ans}")
             # (the file's second MiB holds what test_cuda_array_interface wrote)
             expect(f.pread_device(dptr + 2 * MIB, MIB, 0) == MIB, "short read")
             ans = host_req("check", 0x77, off + 2 * MIB, MIB, 0)
             expect(ans == "ok", f"host (cached {i}): {ans}")
-        ans = host_req("fill", 0x79, off + 3 * MIB, small, 0)
+        expect(f.pread(CudaArray(dptr + 4096, small), file_offset=small) == small, "short")
+        ans = host_req("check", 0x77, off + 4096, small, small)
+        expect(ans == "ok", f"host (small, cached): {ans}")
+        ans = host_req("fill", 0x79, sm_off + 512 * 1024, small, 0)
         expect(ans == "ok", f"host fill: {ans}")
-        expect(f.pwrite(CudaArray(dptr + 3 * MIB, small), file_offset=MIB) == small, "short")
+        expect(f.pwrite(CudaArray(sm + 512 * 1024, small), file_offset=MIB) == small, "short")
         c1 = fgds.gpucache_counters()
         expect(c1["registrations"] == c0["registrations"],
                f"registered per call: {c0} -> {c1}")
-        expect(c1["staged"] - c0["staged"] == 9 and c1["cached"] - c0["cached"] == 8,
+        expect(c1["staged"] - c0["staged"] == 9 and c1["cached"] - c0["cached"] == 9,
                f"routes: {c0} -> {c1}")
         st = f.stats()
         expect(st["bounce_bytes"] == 0, st)
     with open(path, "rb") as fh:
         fh.seek(MIB)
         expect(fh.read(small) == pattern(0x79, small), "the file does not hold the BAR's bytes")
+    cu.call("cuMemFree_v2", ctypes.c_uint64(sm))
 
 
 def bench(e, cu, dptr, path):
