@@ -840,6 +840,56 @@ def driver_section(doc):
     return "\n".join(out)
 
 
+def load_lines(path):
+    """A file of one JSON object per line (the unregistered-memory
+    benchmarks'), or None."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def unreg_section(rows, py_rows):
+    """Unregistered against registered GPU memory: cufile_unreg_bench's rows
+    (libcufile.so.0; runs "default", "staged" and "uncached") and fgds_python_unreg_bench's
+    (fgds.File), each {kconfig, mode, size, calls, registered_us,
+    unregistered_us, ratio, reg_buffer_calls, staged, cached}."""
+    rows = (rows or []) + (py_rows or [])
+    kc = sorted({r.get("kconfig", "?") for r in rows})
+    out = ["### Unregistered GPU memory", "",
+           "Per-call time (median) of a read of 64 KiB, 1 MiB and 16 MiB into `cuMemAlloc`'d memory of the",
+           "GPU stand-in's CUDA runtime (`tools/testing/fgds-gpurt`) that the caller never registered, against",
+           "the same read into registered memory, the two alternating call by call on the same file and",
+           "offsets (issue 28): through `libcufile.so.0` (`cuFileRead`; registered: `cuFileBufRegister`) by",
+           "`cufile_unreg_bench`, and through `fgds.File.pread` (unregistered: a `__cuda_array_interface__`",
+           "object; registered: an `fgds.Buffer`) by `fgds_python_unreg_bench`. \"REG_BUFFER\" counts the",
+           "library's own successful `FGDS_IOCTL_REG_BUFFER` calls during the timed calls of both series",
+           "(`fgds_gpucache_counters`), after one call of each kind that may set up (a staging buffer, a",
+           "cached registration); \"route\" says how many unregistered calls went through the staging pool",
+           "and how many into the cached registration of the allocation. Run \"default\" is the library's",
+           "defaults (staging below 1 MiB, the cache from 1 MiB on); \"staged\" sets",
+           "`FGDS_REG_CACHE_MIN=1T` (every request staged), what the threshold was chosen from;",
+           "\"uncached\" sets `FGDS_REG_CACHE_SIZE=0 FGDS_DEVICE_CACHE_SIZE=0` (no pool, no cache: a",
+           "registration, mapping and unregistration per call, what the library did before; a quarter",
+           "of the calls).",
+           f"Kernel: {', '.join(kc)} (`make bench` runs both programs on the release kernel;",
+           "`FGDS_TESTS=cufile_unreg_bench,fgds_python_unreg_bench tools/testing/fgds-vm/run-vm.sh check`",
+           "on the one it boots). Goal: unregistered at least 0.8x registered from 1 MiB on, no REG_BUFFER",
+           "per call.", ""]
+    head = ["through", "run", "size", "registered (us)", "unregistered (us)", "throughput, unregistered / registered",
+            "REG_BUFFER / calls", "route: staged, cached"]
+    body = []
+    for r in rows:
+        api = "fgds.File" if r.get("mode") == "python" else "libcufile"
+        run = "default" if r.get("mode") == "python" else r.get("mode", "?")
+        body.append([api, run, human(r["size"]), f"{r['registered_us']:.0f}",
+                     f"{r['unregistered_us']:.0f}", f"{r['ratio']:.2f}x",
+                     f"{r['reg_buffer_calls']} / {2 * r['calls']}", f"{r['staged']}, {r['cached']}"])
+    out += [table(head, body), ""]
+    return "\n".join(out)
+
+
 def gpu_plot(doc, outdir):
     try:
         import matplotlib
@@ -985,6 +1035,17 @@ def main():
             if vs and drv.get("driver") is not None:
                 drv = dict(drv, driver=dict(drv["driver"], vecsplit=vs))
             parts.append(driver_section(drv))
+
+            def kept_lines(name):
+                rows = load_lines(os.path.join(a.bench, name))
+                if rows and os.path.abspath(a.bench) != os.path.abspath(img_dir):
+                    with open(os.path.join(img_dir, name), "w") as f:
+                        f.writelines(json.dumps(r) + "\n" for r in rows)
+                return rows or load_lines(os.path.join(img_dir, name))
+
+            ur, up = kept_lines("unreg-bench.json"), kept_lines("unreg-bench-python.json")
+            if ur or up:
+                parts.append(unreg_section(ur, up))
         if n == "gpu":
             gpu_plot(docs[n], img_dir)
             loaders_plot(docs[n], img_dir)

@@ -9,11 +9,12 @@
  * made during the timed calls (its own count, fgds_gpucache_counters) and
  * the route the unregistered ones took (staging pool or registration cache).
  *
- * Two runs, each in a process of its own (libcufile reads its settings
+ * Three runs, each in a process of its own (libcufile reads its settings
  * once): "default" (the library's defaults: staging below 1 MiB, the
- * registration cache from 1 MiB on) and "staged" (FGDS_REG_CACHE_MIN=1T:
+ * registration cache from 1 MiB on), "staged" (FGDS_REG_CACHE_MIN=1T:
  * every request through the staging pool), which shows what the threshold
- * was chosen from.
+ * was chosen from, and "uncached" (no pool, no cache: a registration per
+ * call, what the library did before, with a quarter of the calls).
  *
  *   cufile_unreg_bench [FILE [JSON]]
  *
@@ -95,7 +96,9 @@ static int run(const char *mode, const char *path, const char *json)
 	out = fopen(json, "a");
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		size_t size = cases[c].size;
-		int n = cases[c].iters, slots = (FILE_SIZE - size) / size;
+		/* a registration per call is slow (UNREG: tens of ms): fewer calls */
+		int n = strcmp(mode, "uncached") ? cases[c].iters : (cases[c].iters + 3) / 4;
+		int slots = (FILE_SIZE - size) / size;
 		double *tr = calloc(n, sizeof(double)), *tu = calloc(n, sizeof(double));
 		struct fgds_gpucache_counters c0, c1;
 		double mr, mu;
@@ -127,8 +130,8 @@ static int run(const char *mode, const char *path, const char *json)
 		       (unsigned long long)(c1.staged - c0.staged),
 		       (unsigned long long)(c1.cached - c0.cached), bad ? "  FAILED READS" : "");
 		if (out)
-			fprintf(out, "{\"mode\": \"%s\", \"size\": %zu, \"calls\": %d, \"registered_us\": %.1f, \"unregistered_us\": %.1f, \"ratio\": %.3f, \"reg_buffer_calls\": %llu, \"staged\": %llu, \"cached\": %llu, \"ok\": %s}\n",
-				mode, size, n, mr, mu, mr / mu,
+			fprintf(out, "{\"kconfig\": \"%s\", \"mode\": \"%s\", \"size\": %zu, \"calls\": %d, \"registered_us\": %.1f, \"unregistered_us\": %.1f, \"ratio\": %.3f, \"reg_buffer_calls\": %llu, \"staged\": %llu, \"cached\": %llu, \"ok\": %s}\n",
+				getenv("FGDS_KCONFIG") ?: "?", mode, size, n, mr, mu, mr / mu,
 				(unsigned long long)(c1.registrations - c0.registrations),
 				(unsigned long long)(c1.staged - c0.staged),
 				(unsigned long long)(c1.cached - c0.cached), bad ? "false" : "true");
@@ -147,7 +150,10 @@ static int run(const char *mode, const char *path, const char *json)
 
 int main(int argc, char **argv)
 {
-	static const char *const modes[][2] = { { "default", NULL }, { "staged", "1T" } };
+	/* name, FGDS_REG_CACHE_MIN, FGDS_REG_CACHE_SIZE and FGDS_DEVICE_CACHE_SIZE */
+	static const char *const modes[][3] = {
+		{ "default", NULL, NULL }, { "staged", "1T", NULL }, { "uncached", NULL, "0" },
+	};
 	const char *ext4 = getenv("FGDS_EXT4"), *bdf = getenv("FGDS_GPU_BDF");
 	char path[512], json[512];
 	int failed = 0;
@@ -178,6 +184,10 @@ int main(int argc, char **argv)
 		if (pid == 0) {
 			if (modes[m][1])
 				setenv("FGDS_REG_CACHE_MIN", modes[m][1], 1);
+			if (modes[m][2]) {
+				setenv("FGDS_REG_CACHE_SIZE", modes[m][2], 1);
+				setenv("FGDS_DEVICE_CACHE_SIZE", modes[m][2], 1);
+			}
 			execl("/proc/self/exe", argv[0], "--run", modes[m][0], path, json,
 			      (char *)NULL);
 			_exit(127);

@@ -267,7 +267,8 @@ def bench(e, cu, dptr, path):
     import json
     with open(out, "w") as fh:
         for size, n, mr, mu, regs, st, ca in rows:
-            fh.write(json.dumps({"mode": "python", "size": size, "calls": n,
+            fh.write(json.dumps({"kconfig": os.environ.get("FGDS_KCONFIG", "?"),
+                                 "mode": "python", "size": size, "calls": n,
                                  "registered_us": round(mr, 1), "unregistered_us": round(mu, 1),
                                  "ratio": round(mr / mu, 3), "reg_buffer_calls": regs,
                                  "staged": st, "cached": ca}) + "\n")
