@@ -127,6 +127,9 @@ struct Buffer {
     // Keep order: the fgds buffer (above) goes before the memory it refers to.
     view: Mutex<Option<View>>,
     owner: Mutex<Option<PyObject>>,
+    /// The library's cached registration (`Buffer.for_device`): others
+    /// hold it too, so `close()` only lets go of this reference.
+    shared: bool,
 }
 
 /// `(pointer, bytes, read-only)` of a `__cuda_array_interface__` (C-contiguous, not empty).
@@ -171,6 +174,7 @@ impl Buffer {
             readonly,
             view: Mutex::new(view),
             owner: Mutex::new(owner),
+            shared: false,
         }
     }
 
@@ -391,6 +395,39 @@ impl Buffer {
         Ok(Buffer::new(b, false, None, owner))
     }
 
+    /// `Buffer.for_device(ptr, size, hip=False) -> (Buffer, offset)`: for
+    /// `size` bytes of CUDA (or HIP) memory at `ptr` that the caller does not
+    /// register, the library's cached registration of its whole allocation
+    /// and `ptr`'s offset in it (`fgds::gpucache::buffer_for`: one
+    /// registration per allocation, kept by the library, none per call);
+    /// where that cannot be, a Buffer of the range alone (offset 0).
+    /// `close()` lets go of this reference only.
+    #[staticmethod]
+    #[pyo3(signature = (ptr, size, hip=false))]
+    fn for_device(py: Python<'_>, ptr: u64, size: usize, hip: bool) -> PyResult<(Buffer, usize)> {
+        let (b, off, _) = py
+            .allow_threads(|| {
+                let rt = if hip {
+                    fgds::gpu::Runtime::hip()
+                } else {
+                    fgds::gpu::Runtime::cuda()
+                }?;
+                fgds::gpucache::buffer_for(&rt, ptr, size)
+            })
+            .map_err(to_py)?;
+        Ok((
+            Buffer {
+                nbytes: b.len(),
+                inner: Mutex::new(Some(b)),
+                readonly: false,
+                view: Mutex::new(None),
+                owner: Mutex::new(None),
+                shared: true,
+            },
+            off,
+        ))
+    }
+
     /// `Buffer.from_hip(ptr, size, owner=None)`: same for HIP (AMD) memory.
     #[staticmethod]
     #[pyo3(signature = (ptr, size, owner=None))]
@@ -528,7 +565,7 @@ impl Buffer {
     /// EBUSY while I/O on it is in flight.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = g.as_ref() {
+        if let (Some(b), false) = (g.as_ref(), self.shared) {
             // I/O threads drop their reference just after reporting
             // completion: give them a moment before calling it busy.
             let busy = py.allow_threads(|| {

@@ -593,7 +593,8 @@ class _Slab:
         """Moves ``[(obj, slot, nbytes, tag)]`` (obj a MemoryObj) in one fgds
         batch; returns ``{tag: True/False}``. Objects in ``arena`` (an
         :class:`_Arena`) move through its one registration, others
-        through a buffer registered for this batch."""
+        through a buffer registered for this batch (host memory) or the
+        library's cached registration of their allocation (GPU memory)."""
         result, reqs, kinds, temps = {}, [], {}, []
         try:
             for obj, slot, n, tag in items:
@@ -602,20 +603,31 @@ class _Slab:
                     buf, off, kind = found
                 else:
                     src, kind = _source(obj)
-                    buf, off = _fgds.Buffer(src), 0
-                    temps.append(buf)
-                    _REG.opened(arena=False)
-                    if len(buf) < n:
-                        raise ValueError(f"memory object of {len(buf)} bytes cannot hold {n}")
+                    if kind == "gpu":
+                        # GPU memory: the library's cached registration of its
+                        # allocation (one per allocation, kept by the library),
+                        # never a registration per chunk
+                        if src.nbytes < n:
+                            raise ValueError(f"memory object of {src.nbytes} bytes cannot hold {n}")
+                        buf, off = _fgds.Buffer.for_device(
+                            src.data_ptr(), n, bool(getattr(torch.version, "hip", None)))
+                        temps.append((buf, False))
+                    else:
+                        buf, off = _fgds.Buffer(src), 0
+                        temps.append((buf, True))
+                        _REG.opened(arena=False)
+                        if len(buf) < n:
+                            raise ValueError(f"memory object of {len(buf)} bytes cannot hold {n}")
                 kinds[tag] = (kind, n)
                 reqs.append(("write" if write else "read", self.file, buf, n,
                              slot * self.slot_size, off, tag))
             if reqs:
                 self._run(reqs, kinds, result, write)
         finally:
-            for buf in temps:
+            for buf, counted in temps:
                 buf.close()
-                _REG.closed()
+                if counted:
+                    _REG.closed()
         with self.lock:
             for tag, ok in result.items():
                 if ok:

@@ -226,6 +226,41 @@ def test_no_registration_per_call(e, cu, dptr, path):
     cu.call("cuMemFree_v2", ctypes.c_uint64(sm))
 
 
+def test_for_device_shares_the_cached_registration(e, cu, dptr, path):
+    """Buffer.for_device (fgds.lmcache's chunks outside its arena): the
+    cached registration of the allocation and the pointer's offset in it,
+    the same registration for every chunk, a batch into it P2P."""
+    import fgds
+    off = cu.bar_offset(dptr)
+    small = 64 << 10
+    bufs = []
+    c0 = None
+    with fgds.File(path, "r", strict=True) as f:
+        for i in range(4):
+            b, o = fgds.Buffer.for_device(dptr + (i + 1) * MIB - small, small)
+            expect(b.is_p2p and o == (i + 1) * MIB - small and len(b) == 4 * MIB,
+                   f"chunk {i}: offset {o}, {len(b)} bytes, p2p {b.is_p2p}")
+            if c0 is None:
+                c0 = fgds.gpucache_counters()
+            bufs.append((b, o))
+        with fgds.Batch(4) as bt:
+            bt.submit([("read", f, b, small, i * small, o, i) for i, (b, o) in enumerate(bufs)])
+            left = 4
+            while left:
+                for tag, status, res in bt.wait(left):
+                    if status in ("pending", "timeout"):
+                        continue
+                    left -= 1
+                    expect(status == "complete" and res == small, f"chunk {tag}: {status} {res}")
+        c1 = fgds.gpucache_counters()
+        for b, _ in bufs:
+            b.close()
+    for i in range(4):
+        ans = host_req("check", 0x77, off + (i + 1) * MIB - small, small, i * small)
+        expect(ans == "ok", f"host (chunk {i}): {ans}")
+    expect(c1["registrations"] == c0["registrations"], f"registered per chunk: {c0} -> {c1}")
+
+
 def bench(e, cu, dptr, path):
     """fgds.File.pread per call, unregistered (a __cuda_array_interface__
     object) against a registered fgds.Buffer of other memory: 64 KiB, 1 MiB,
@@ -279,6 +314,7 @@ TESTS = [
     test_cuda_array_interface_both_ways,
     test_read_on_stream,
     test_no_registration_per_call,
+    test_for_device_shares_the_cached_registration,
 ]
 
 
