@@ -726,24 +726,33 @@ fn staged(
 
 // ------------------------------------------------------------------ entry
 
-/// Whether an fgds node serves the GPU of `mem` (asked once per GPU).
+/// Whether an fgds node serves the GPU of `mem` (a yes is remembered; a no
+/// is asked again, as a node may come with the module or a bind).
 fn served(mem: &DeviceMemory) -> bool {
-    static SEEN: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
+    static SEEN: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let pci = mem.pci_address.clone().unwrap_or_default();
-    let mut g = SEEN
-        .get_or_init(|| Mutex::new(HashMap::new()))
+    if pci.is_empty() {
+        return false;
+    }
+    let seen = SEEN.get_or_init(|| Mutex::new(Vec::new()));
+    if seen
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    *g.entry(pci.clone()).or_insert_with(|| {
-        !pci.is_empty()
-            && list_devices().is_ok_and(|d| {
-                d.iter().any(|d| {
-                    d.pci_address.as_deref().is_some_and(|a| {
-                        a.eq_ignore_ascii_case(&pci) || a.ends_with(&pci) || pci.ends_with(a)
-                    })
-                })
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&pci)
+    {
+        return true;
+    }
+    let yes = list_devices().is_ok_and(|d| {
+        d.iter().any(|d| {
+            d.pci_address.as_deref().is_some_and(|a| {
+                a.eq_ignore_ascii_case(&pci) || a.ends_with(&pci) || pci.ends_with(a)
             })
-    })
+        })
+    });
+    if yes {
+        seen.lock().unwrap_or_else(|p| p.into_inner()).push(pci);
+    }
+    yes
 }
 
 fn describe(rt: &Runtime, dptr: u64, size: usize) -> Result<DeviceMemory> {
@@ -776,8 +785,14 @@ pub fn buffer_for(
 ) -> Result<(Arc<Buffer>, usize, Route)> {
     let mem = describe(rt, dptr, size)?;
     if !served(&mem) {
-        let b = Buffer::from_gpu_staged(rt.clone(), dptr, size as u64)?;
-        return Ok((Arc::new(b), 0, Route::Bounce));
+        // the bounce path; the buffer says why (no node for this GPU)
+        let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
+        let route = if b.is_p2p() {
+            Route::Uncached
+        } else {
+            Route::Bounce
+        };
+        return Ok((Arc::new(b), 0, route));
     }
     if let Some((b, off)) = cached(rt, &mem, dptr, size as u64) {
         CACHED.fetch_add(1, Ordering::Relaxed);
@@ -813,8 +828,14 @@ fn io(
         }
     };
     if !served(&mem) {
-        let b = Buffer::from_gpu_staged(rt.clone(), dptr, size as u64)?;
-        return run(&b, 0).map(|n| (n, Route::Bounce));
+        // the bounce path; the buffer says why (no node for this GPU)
+        let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
+        let route = if b.is_p2p() {
+            Route::Uncached
+        } else {
+            Route::Bounce
+        };
+        return run(&b, 0).map(|n| (n, route));
     }
     let s = settings();
     let mut tried_cache = false;
