@@ -30,14 +30,15 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_DIR = os.path.join(HERE, "gpurt", "cuda")
+HIP_DIR = os.path.join(HERE, "gpurt", "hip")
 HOST_DIR = "/fgds/out"
 M64 = (1 << 64) - 1
 MIB = 1 << 20
 
-# The library dlopens libcuda.so.1 by name: the search path must hold the
-# stand-in's before the interpreter starts.
+# The library dlopens libcuda.so.1 and libamdhip64.so by name: the search
+# path must hold the stand-in's before the interpreter starts.
 if CUDA_DIR not in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
-    os.environ["LD_LIBRARY_PATH"] = CUDA_DIR
+    os.environ["LD_LIBRARY_PATH"] = CUDA_DIR + ":" + HIP_DIR
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
@@ -261,6 +262,41 @@ def test_for_device_shares_the_cached_registration(e, cu, dptr, path):
     expect(c1["registrations"] == c0["registrations"], f"registered per chunk: {c0} -> {c1}")
 
 
+def test_hip_memory_without_registration_per_call(e, cu, dptr, path):
+    """File.pread_device(..., hip=True) on hipMalloc'd memory: 64 KiB into an
+    allocation that sees nothing larger, staged (a HIP staging pool of its
+    own: hipMalloc, hipMemcpyDtoD), 1 MiB into another, cached (HIP's buffer
+    id); the second round registers nothing."""
+    import fgds
+
+    def hip_alloc(n):
+        p = ctypes.c_void_p()
+        cu.call("hipMalloc", ctypes.byref(p), ctypes.c_size_t(n))
+        return p.value
+
+    hs, hp = hip_alloc(MIB), hip_alloc(2 * MIB)
+    soff, off = cu.bar_offset(hs), cu.bar_offset(hp)
+    small = 64 << 10
+    before = fgds.gpucache_counters()
+    with fgds.File(path, "r", strict=True) as f:
+        for rnd in range(2):
+            if rnd == 1:
+                c0 = fgds.gpucache_counters()
+            expect(f.pread_device(hs + 256, small, rnd * small, True) == small, "short read")
+            ans = host_req("check", 0x77, soff + 256, small, rnd * small)
+            expect(ans == "ok", f"host (HIP, staged, round {rnd}): {ans}")
+            expect(f.pread_device(hp + MIB, MIB, 0, True) == MIB, "short read")
+            ans = host_req("check", 0x77, off + MIB, MIB, 0)
+            expect(ans == "ok", f"host (HIP, cached, round {rnd}): {ans}")
+        c1 = fgds.gpucache_counters()
+    expect(c1["pool_buffers"] > before["pool_buffers"], f"no HIP staging buffer: {before} -> {c1}")
+    expect(c1["registrations"] == c0["registrations"], f"registered per call: {c0} -> {c1}")
+    expect(c1["staged"] - c0["staged"] == 1 and c1["cached"] - c0["cached"] == 1,
+           f"routes: {c0} -> {c1}")
+    cu.call("hipFree", ctypes.c_void_p(hs))
+    cu.call("hipFree", ctypes.c_void_p(hp))
+
+
 def bench(e, cu, dptr, path):
     """fgds.File.pread per call, unregistered (a __cuda_array_interface__
     object) against a registered fgds.Buffer of other memory: 64 KiB, 1 MiB,
@@ -315,6 +351,7 @@ TESTS = [
     test_read_on_stream,
     test_no_registration_per_call,
     test_for_device_shares_the_cached_registration,
+    test_hip_memory_without_registration_per_call,
 ]
 
 
