@@ -873,10 +873,12 @@ def unreg_section(rows, py_rows):
            "\"uncached\" sets `FGDS_REG_CACHE_SIZE=0 FGDS_DEVICE_CACHE_SIZE=0` (no pool, no cache: a",
            "registration, mapping and unregistration per call, what the library did before; a quarter",
            "of the calls).",
-           f"Kernel: {', '.join(kc)} (`make bench` runs both programs on the release kernel;",
-           "`FGDS_TESTS=cufile_unreg_bench,fgds_python_unreg_bench tools/testing/fgds-vm/run-vm.sh check`",
-           "on the one it boots). Goal: unregistered at least 0.8x registered from 1 MiB on, no REG_BUFFER",
-           "per call.", ""]
+           f"Kernel: {', '.join(kc)}; measured with "
+           + ("`make bench` (release kernel)" if kc == ["release"] else
+              f"`FGDS_KCONFIG={kc[0] if kc else '?'} FGDS_TESTS=cufile_unreg_bench,fgds_python_unreg_bench "
+              "tools/testing/fgds-vm/run-vm.sh check` (the same programs `make bench` runs on the release "
+              "kernel; the debug kernel (KASAN, lockdep) slows both columns)")
+           + ". Goal: unregistered at least 0.8x registered from 1 MiB on, no REG_BUFFER per call.", ""]
     head = ["through", "run", "size", "registered (us)", "unregistered (us)", "throughput, unregistered / registered",
             "REG_BUFFER / calls", "route: staged, cached"]
     body = []
