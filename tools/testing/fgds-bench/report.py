@@ -878,7 +878,11 @@ def unreg_section(rows, py_rows):
               f"`FGDS_KCONFIG={kc[0] if kc else '?'} FGDS_TESTS=cufile_unreg_bench,fgds_python_unreg_bench "
               "tools/testing/fgds-vm/run-vm.sh check` (the same programs `make bench` runs on the release "
               "kernel; the debug kernel (KASAN, lockdep) slows both columns)")
-           + ". Goal: unregistered at least 0.8x registered from 1 MiB on, no REG_BUFFER per call.", ""]
+           + ". Goal: unregistered at least 0.8x registered from 1 MiB on, no REG_BUFFER per call.",
+           "Which path a request takes and how the 1 MiB threshold was chosen (the staged runs of",
+           "several boots against the cached ones): `tools/lib/fgds/src/gpucache.rs`; the staging",
+           "pool's cost per call here is the stand-in's device-to-device copy, a memcpy through the",
+           "emulated BAR queued to and waited for from its stream's host thread.", ""]
     head = ["through", "run", "size", "registered (us)", "unregistered (us)", "throughput, unregistered / registered",
             "REG_BUFFER / calls", "route: staged, cached"]
     body = []

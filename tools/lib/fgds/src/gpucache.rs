@@ -39,15 +39,17 @@
 //! a registration of their own.
 //!
 //! The threshold, from `cufile_unreg_bench` in the VM (`docs/benchmarks.md`,
-//! "Unregistered GPU memory"): through the staging pool a 1 MiB read ran
-//! at 0.77x and a 16 MiB one at 0.69x of the same read into registered
-//! memory (the copy through the emulated BAR, and the pieces of one staging
-//! buffer in turn, on top of the read), through the cache at 0.95x and
-//! 0.98x; a 64 KiB read staged at 0.71x, where the cache would register a
-//! whole allocation for a small read (a one-off read into a fresh tensor
-//! would pay a registration and, later, its UNREG). So requests from 1 MiB
-//! on use the cache, smaller ones the pool unless the cache holds their
-//! allocation already.
+//! "Unregistered GPU memory"; four runs of the debug kernel): through the
+//! staging pool a 1 MiB read ran at 0.71x to 0.81x and a 16 MiB one at
+//! 0.69x to 0.83x of the same read into registered memory (the copy
+//! through the emulated BAR, and the pieces of one staging buffer in turn,
+//! on top of the read), through the cache at 0.87x to 1.02x and 0.96x to
+//! 1.02x; a 64 KiB read staged at 0.69x to 0.71x, where the cache would
+//! register a whole allocation for a small read (a one-off read into a
+//! fresh tensor would pay a registration and, later, its UNREG: about
+//! 100 ms a call in the same runs with neither pool nor cache). So requests
+//! from 1 MiB on use the cache, smaller ones the pool unless the cache
+//! holds their allocation already.
 //!
 //! # The cache's bounds
 //!
