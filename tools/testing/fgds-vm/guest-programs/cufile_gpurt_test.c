@@ -36,6 +36,7 @@
 #include "fgds_host.h"
 #include "fgds_pattern.h"
 #include "fgds_test.h"
+#include "guest_test.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define LEN (8 * SZ_1M)
@@ -119,24 +120,6 @@ FIXTURE_TEARDOWN(cufile)
 	unlink(self->path);
 }
 
-static void host_check(struct __test_metadata *_metadata, uint64_t bar_off, uint64_t len,
-		       uint64_t pos)
-{
-	char ans[256];
-
-	EXPECT_EQ(0, fgds_host_req("check", SEED, bar_off, len, pos, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
-}
-
-static void host_fill(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
-		      uint64_t len)
-{
-	char ans[256];
-
-	ASSERT_EQ(0, fgds_host_req("fill", seed, bar_off, len, 0, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
-}
-
 static long long file_cmp(const char *path, off_t off, size_t len, uint64_t seed)
 {
 	long long ret = -2;
@@ -175,11 +158,11 @@ TEST_F_TIMEOUT(cufile, read_and_write, 300)
 	void *p = (void *)(uintptr_t)self->dptr;
 
 	ASSERT_EQ((ssize_t)(4 * SZ_1M), cuFileRead(self->fh, p, 4 * SZ_1M, LEN, SZ_1M));
-	host_check(_metadata, self->bar_off + SZ_1M, 4 * SZ_1M, LEN);
+	guest_host_check(_metadata, SEED, self->bar_off + SZ_1M, 4 * SZ_1M, LEN);
 	/* The unregistered way: a pointer into the allocation, no offset. */
 	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(self->fh, (char *)p + 6 * SZ_1M, SZ_1M, 0, 0));
-	host_check(_metadata, self->bar_off + 6 * SZ_1M, SZ_1M, 0);
-	host_fill(_metadata, SEED + 1, self->bar_off, 2 * SZ_1M);
+	guest_host_check(_metadata, SEED, self->bar_off + 6 * SZ_1M, SZ_1M, 0);
+	guest_host_fill(_metadata, SEED + 1, self->bar_off, 2 * SZ_1M);
 	ASSERT_EQ((ssize_t)(2 * SZ_1M), cuFileWrite(self->fh, p, 2 * SZ_1M, LEN, 0));
 	EXPECT_EQ(-1, file_cmp(self->path, LEN, 2 * SZ_1M, SEED + 1));
 	all_p2p(_metadata, self, 2, 1);
@@ -219,7 +202,7 @@ TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 		EXPECT_EQ(SZ_1M, ev[i].ret);
 	}
 	for (int i = 0; i < 8; i++)
-		host_check(_metadata, self->bar_off + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+		guest_host_check(_metadata, SEED, self->bar_off + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
 	cuFileBatchIODestroy(b);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(8, l1->batch_enqueued_ops.ok);
@@ -239,7 +222,7 @@ TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)
 
 	ASSERT_EQ(0, cuStreamCreate(&s, CU_STREAM_DEFAULT));
 	ASSERT_EQ(0, cuMemHostAlloc(&pin, size, 0));
-	host_fill(_metadata, SEED + 2, self->bar_off, size);
+	guest_host_fill(_metadata, SEED + 2, self->bar_off, size);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileReadAsync(self->fh, (void *)(uintptr_t)self->dptr, &size,
 						   &foff, &boff, &done, s).err);
 	/* Queued behind the read: sees its bytes. */
@@ -258,7 +241,7 @@ TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)
 	/* counted as cuFileRead and cuFileWrite are, P2P */
 	all_p2p(_metadata, self, 1, 1);
 	EXPECT_EQ(-1, fgds_pattern_cmp(pin, size, SEED, foff));
-	host_check(_metadata, self->bar_off + boff, size, foff);
+	guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
 	EXPECT_EQ(-1, file_cmp(self->path, woff, size, SEED + 2));
 	EXPECT_EQ(0, cuMemFreeHost(pin));
 	EXPECT_EQ(0, cuStreamDestroy_v2(s));
@@ -308,16 +291,16 @@ TEST_F_TIMEOUT(cufile, no_registration_per_call, 600)
 		off_t fo = (i + 1) * small;
 
 		ASSERT_EQ((ssize_t)small, cuFileRead(self->fh, q + at, small, fo, 0));
-		host_check(_metadata, sm_off + at, small, fo);
+		guest_host_check(_metadata, SEED, sm_off + at, small, fo);
 		at = 2 * SZ_1M + (i % 3) * SZ_1M;
 		fo = (i + 1) * SZ_1M;
 		ASSERT_EQ((ssize_t)(i % 2 ? 3 * SZ_1M : SZ_1M),
 			  cuFileRead(self->fh, p + at, i % 2 ? 3 * SZ_1M : SZ_1M, fo, 0));
-		host_check(_metadata, self->bar_off + at, i % 2 ? 3 * SZ_1M : SZ_1M, fo);
+		guest_host_check(_metadata, SEED, self->bar_off + at, i % 2 ? 3 * SZ_1M : SZ_1M, fo);
 	}
 	ASSERT_EQ((ssize_t)small, cuFileRead(self->fh, p + 4096, small, 3 * small, 0));
-	host_check(_metadata, self->bar_off + 4096, small, 3 * small);
-	host_fill(_metadata, SEED + 3, sm_off, SZ_1M);
+	guest_host_check(_metadata, SEED, self->bar_off + 4096, small, 3 * small);
+	guest_host_fill(_metadata, SEED + 3, sm_off, SZ_1M);
 	for (int i = 0; i < rounds; i++) {
 		ASSERT_EQ((ssize_t)small, cuFileWrite(self->fh, q + u + i * small, small,
 						      LEN + i * small, 0));
@@ -393,7 +376,7 @@ TEST_F_TIMEOUT(cufile, freed_allocation_leaves_the_cache, 300)
 	ASSERT_EQ(0, fgds_gpurt_bar_offset(c, &ord, &boff));
 	ASSERT_EQ((ssize_t)(2 * SZ_1M),
 		  cuFileRead(self->fh, (void *)(uintptr_t)(c + SZ_1M), 2 * SZ_1M, 3 * SZ_1M, 0));
-	host_check(_metadata, boff + SZ_1M, 2 * SZ_1M, 3 * SZ_1M);
+	guest_host_check(_metadata, SEED, boff + SZ_1M, 2 * SZ_1M, 3 * SZ_1M);
 	c2 = counters();
 	EXPECT_EQ(c1.cache_registrations + 1, c2.cache_registrations);
 	EXPECT_EQ(c1.cache_hits, c2.cache_hits);

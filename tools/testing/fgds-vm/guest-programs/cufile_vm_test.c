@@ -26,20 +26,12 @@
 #include "fgds_pattern.h"
 #include "fgds_test.h"
 #include "fgds_vfio.h"
+#include "guest_test.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define BAR_OFF (384 * SZ_1M)
 #define LEN (8 * SZ_1M)
 #define SEED 0xc0
-
-static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
-		       uint64_t len, uint64_t pos)
-{
-	char ans[256];
-
-	EXPECT_EQ(0, fgds_host_req("check", seed, bar_off, len, pos, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
-}
 
 /* The level 3 record of the stand-in GPU (its PCI address is the uuid). */
 static CUfilePerGpuStats_t *gpu_stats(CUfileStatsLevel3_t *st)
@@ -120,7 +112,7 @@ TEST_F_TIMEOUT(cufile, read_lands_in_the_bar_by_p2p, 300)
 	CUfilePerGpuStats_t *g;
 
 	ASSERT_EQ((ssize_t)LEN, cuFileRead(self->fh, self->base, LEN, LEN, 0));
-	host_check(_metadata, SEED, BAR_OFF, LEN, LEN);
+	guest_host_check(_metadata, SEED, BAR_OFF, LEN, LEN);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(1, self->st.detailed.basic.read_ops.ok);
 	EXPECT_EQ(LEN, self->st.detailed.basic.read_bytes);
@@ -140,7 +132,7 @@ TEST_F_TIMEOUT(cufile, unaligned_read_is_p2p_but_its_edges, 300)
 	CUfilePerGpuStats_t *g;
 
 	ASSERT_EQ((ssize_t)len, cuFileRead(self->fh, self->base, len, 4096 + 77, 77));
-	host_check(_metadata, SEED, BAR_OFF + 77, len, 4096 + 77);
+	guest_host_check(_metadata, SEED, BAR_OFF + 77, len, 4096 + 77);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	g = gpu_stats(&self->st);
 	ASSERT_NE(NULL, g);
@@ -148,7 +140,7 @@ TEST_F_TIMEOUT(cufile, unaligned_read_is_p2p_but_its_edges, 300)
 	EXPECT_EQ(1, g->n_unaligned_reads);
 	/* A short read at the end of the file. */
 	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(self->fh, self->base, 4 * SZ_1M, 2 * LEN - SZ_1M, 0));
-	host_check(_metadata, SEED, BAR_OFF, SZ_1M, 2 * LEN - SZ_1M);
+	guest_host_check(_metadata, SEED, BAR_OFF, SZ_1M, 2 * LEN - SZ_1M);
 }
 
 TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
@@ -185,7 +177,7 @@ TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 		EXPECT_EQ(SZ_1M, ev[i].ret);
 	}
 	for (int i = 0; i < 8; i++)
-		host_check(_metadata, SEED, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+		guest_host_check(_metadata, SEED, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
 	cuFileBatchIODestroy(b);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(8, l1->batch_enqueued_ops.ok);
@@ -238,10 +230,10 @@ TEST_F_TIMEOUT(cufile, readv_scatters_into_the_bar, 300)
 	const size_t total = 4 * SZ_1M + 5000;
 
 	ASSERT_EQ((ssize_t)total, cuFileReadv(self->fh, iov, 4, SZ_1M, 0));
-	host_check(_metadata, SEED, BAR_OFF + 4 * SZ_1M, SZ_1M, SZ_1M);
-	host_check(_metadata, SEED, BAR_OFF, 2 * SZ_1M, 2 * SZ_1M);
-	host_check(_metadata, SEED, BAR_OFF + 6 * SZ_1M, SZ_1M, 4 * SZ_1M);
-	host_check(_metadata, SEED, BAR_OFF + 7 * SZ_1M + 77, 5000, 5 * SZ_1M);
+	guest_host_check(_metadata, SEED, BAR_OFF + 4 * SZ_1M, SZ_1M, SZ_1M);
+	guest_host_check(_metadata, SEED, BAR_OFF, 2 * SZ_1M, 2 * SZ_1M);
+	guest_host_check(_metadata, SEED, BAR_OFF + 6 * SZ_1M, SZ_1M, 4 * SZ_1M);
+	guest_host_check(_metadata, SEED, BAR_OFF + 7 * SZ_1M + 77, 5000, 5 * SZ_1M);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(1, l1->readv_ops.ok);
 	EXPECT_EQ(total, l1->readv_bytes);
@@ -301,7 +293,7 @@ TEST_F_TIMEOUT(cufile, no_p2p_device_falls_back_visibly, 300)
 	d.handle.fd = fd;
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&fh, &d).err);
 	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(fh, self->base, SZ_1M, 0, 0));
-	host_check(_metadata, SEED + 2, BAR_OFF, SZ_1M, 0);
+	guest_host_check(_metadata, SEED + 2, BAR_OFF, SZ_1M, 0);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	g = gpu_stats(&self->st);
 	ASSERT_NE(NULL, g);

@@ -29,12 +29,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import traceback
+
+from guest_util import Fail, expect, host_req, pattern
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FGDS = os.environ.get("FGDS_CLI") or os.path.join(HERE, "fgds")
-HOST_DIR = "/fgds/out"
 EINVAL = 22
 
 
@@ -44,51 +44,8 @@ def fgds(*args, timeout=900, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def host_req(op, seed, bar_off, length, pos):
-    """Asks the host's checker (fgds_host.h's protocol): its answer."""
-    name = f"{os.getpid()}-cli-{time.monotonic_ns()}"
-    req = os.path.join(HOST_DIR, "req", name)
-    resp = os.path.join(HOST_DIR, "resp", name)
-    with open(req + "~", "w") as f:
-        f.write(f"{op} {seed} {bar_off} {length} {pos}\n")
-    os.rename(req + "~", req)
-    start = time.monotonic()
-    while time.monotonic() - start < 120:
-        try:
-            with open(resp) as f:
-                ans = f.readline().strip()
-            os.unlink(resp)
-            return ans
-        except FileNotFoundError:
-            time.sleep(0.01)
-    return "no answer from the host checker in 120 s"
-
-
-class Fail(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
 def leftovers(d):
     return [n for n in os.listdir(d) if n.startswith("fgds-validate-")]
-
-
-M64 = (1 << 64) - 1
-
-
-def pattern(seed, length):
-    """Bytes 0..length of stream seed, as fgds_pattern.h makes them."""
-    out = bytearray()
-    for idx in range((length + 7) // 8):
-        z = (seed * 0xd1b54a32d192ed03 + (idx + 1) * 0x9e3779b97f4a7c15) & M64
-        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
-        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
-        out += (z ^ (z >> 31)).to_bytes(8, "little")
-    return bytes(out[:length])
 
 
 def put_file(path, size, seed):

@@ -28,11 +28,11 @@ import sys
 import time
 import traceback
 
+from guest_util import Fail, expect, host_req, pattern
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_DIR = os.path.join(HERE, "gpurt", "cuda")
 HIP_DIR = os.path.join(HERE, "gpurt", "hip")
-HOST_DIR = "/fgds/out"
-M64 = (1 << 64) - 1
 MIB = 1 << 20
 
 # The library dlopens libcuda.so.1 and libamdhip64.so by name: the search
@@ -43,46 +43,6 @@ if CUDA_DIR not in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
 
 
 BENCH = "--bench" in sys.argv or os.path.basename(sys.argv[0]).endswith("_bench")
-
-
-class Fail(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-def pattern(seed, length):
-    """Bytes 0..length of stream seed, as fgds_pattern.h makes them."""
-    out = bytearray()
-    for idx in range((length + 7) // 8):
-        z = (seed * 0xd1b54a32d192ed03 + (idx + 1) * 0x9e3779b97f4a7c15) & M64
-        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
-        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
-        out += (z ^ (z >> 31)).to_bytes(8, "little")
-    return bytes(out[:length])
-
-
-def host_req(op, seed, bar_off, length, pos):
-    """Asks the host's checker (fgds_host.h's protocol): its answer."""
-    name = f"{os.getpid()}-py-{time.monotonic_ns()}"
-    req = os.path.join(HOST_DIR, "req", name)
-    resp = os.path.join(HOST_DIR, "resp", name)
-    with open(req + "~", "w") as f:
-        f.write(f"{op} {seed} {bar_off} {length} {pos}\n")
-    os.rename(req + "~", req)
-    start = time.monotonic()
-    while time.monotonic() - start < 120:
-        try:
-            with open(resp) as f:
-                ans = f.readline().strip()
-            os.unlink(resp)
-            return ans
-        except FileNotFoundError:
-            time.sleep(0.01)
-    return "no answer from the host checker in 120 s"
 
 
 class Cuda:

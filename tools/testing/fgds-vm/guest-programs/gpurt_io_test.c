@@ -24,29 +24,14 @@
 #include "gpurt.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
+#include "fgds_test.h"
+#include "guest_test.h"
 
 #define SZ_1M (1024 * 1024UL)
 /* Larger than the library's split size (16 MiB): one call on several threads. */
 #define LEN (32 * SZ_1M)
 #define FILE_LEN (2 * LEN)
 #define SEED 0x3c
-
-static int put_file(const char *path, size_t len, uint64_t seed)
-{
-	void *buf;
-	int fd, ret = -1;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -1;
-	fgds_pattern_fill(buf, len, seed, 0);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-	if (fd >= 0 && write(fd, buf, len) == (ssize_t)len && !fsync(fd))
-		ret = 0;
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
-}
 
 /* Whether the file holds seed's stream at @pos over [off, off + len). */
 static long long file_cmp(const char *path, off_t off, size_t len, uint64_t seed, uint64_t pos)
@@ -118,7 +103,7 @@ FIXTURE_SETUP(gpu)
 	fgds_buf_p2p_reason(self->base, why, sizeof(why));
 	ASSERT_EQ(1, fgds_buf_is_p2p(self->base)) TH_LOG("not P2P: %s", why);
 	snprintf(self->path, sizeof(self->path), "%s/gpurt-io-test", dir);
-	ASSERT_EQ(0, put_file(self->path, FILE_LEN, SEED));
+	ASSERT_EQ(0, fgds_put_file(self->path, FILE_LEN, SEED));
 }
 
 FIXTURE_TEARDOWN(gpu)
@@ -156,21 +141,13 @@ static void all_direct(struct __test_metadata *_metadata, int h, uint64_t bytes)
 static void host_check(struct __test_metadata *_metadata, FIXTURE_DATA(gpu) *self,
 		       uint64_t seed, uint64_t buf_off, uint64_t len, uint64_t pos)
 {
-	char ans[256];
-
-	EXPECT_EQ(0, fgds_host_req("check", seed, self->bar_off + buf_off, len, pos, ans,
-				   sizeof(ans)))
-		TH_LOG("host: %s", ans);
+	guest_host_check(_metadata, seed, self->bar_off + buf_off, len, pos);
 }
 
 static void host_fill(struct __test_metadata *_metadata, FIXTURE_DATA(gpu) *self,
 		      uint64_t seed, uint64_t buf_off, uint64_t len)
 {
-	char ans[256];
-
-	ASSERT_EQ(0, fgds_host_req("fill", seed, self->bar_off + buf_off, len, 0, ans,
-				   sizeof(ans)))
-		TH_LOG("host: %s", ans);
+	guest_host_fill(_metadata, seed, self->bar_off + buf_off, len);
 }
 
 TEST_F_TIMEOUT(gpu, pread_backend_both_ways, 300)

@@ -18,37 +18,13 @@
 #include "fgds.h"
 #include "fgds_host.h"
 #include "fgds_pattern.h"
+#include "fgds_test.h"
 #include "fgds_vfio.h"
+#include "guest_test.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define BAR_OFF (448 * SZ_1M)
 #define LEN (8 * SZ_1M)
-
-static int put_file(const char *path, size_t len, uint64_t seed)
-{
-	void *buf;
-	int fd, ret = -1;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -1;
-	fgds_pattern_fill(buf, len, seed, 0);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-	if (fd >= 0 && write(fd, buf, len) == (ssize_t)len)
-		ret = 0;
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
-}
-
-static void host_check(struct __test_metadata *_metadata, uint64_t seed, uint64_t bar_off,
-		       uint64_t len, uint64_t pos)
-{
-	char ans[256];
-
-	EXPECT_EQ(0, fgds_host_req("check", seed, bar_off, len, pos, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
-}
 
 FIXTURE(lib) {
 	struct fgds_vfio v;
@@ -70,7 +46,7 @@ FIXTURE_SETUP(lib)
 	ret = fgds_buf_register_dmabuf(NULL, self->dmabuf, 0, LEN, &self->base);
 	ASSERT_EQ(0, ret) TH_LOG("register: %s", fgds_last_error());
 	snprintf(self->path, sizeof(self->path), "%s/libfgds-test", dir);
-	ASSERT_EQ(0, put_file(self->path, 2 * LEN, 0xa0));
+	ASSERT_EQ(0, fgds_put_file(self->path, 2 * LEN, 0xa0));
 }
 
 FIXTURE_TEARDOWN(lib)
@@ -90,7 +66,7 @@ TEST_F_TIMEOUT(lib, aligned_read_is_peer_to_peer, 300)
 
 	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
 	ASSERT_EQ((ssize_t)LEN, fgds_read(h, self->base, LEN, LEN, 0)) TH_LOG("%s", fgds_last_error());
-	host_check(_metadata, 0xa0, BAR_OFF, LEN, LEN);
+	guest_host_check(_metadata, 0xa0, BAR_OFF, LEN, LEN);
 	ASSERT_EQ(0, fgds_get_stats(h, &st));
 	EXPECT_EQ(LEN, st.direct_bytes);
 	EXPECT_EQ(0, st.bounce_bytes);
@@ -106,7 +82,7 @@ TEST_F_TIMEOUT(lib, unaligned_read_bounces_only_the_edges, 300)
 
 	ASSERT_LT(0, h);
 	ASSERT_EQ((ssize_t)len, fgds_read(h, self->base, len, 4096 + 77, 77));
-	host_check(_metadata, 0xa0, BAR_OFF + 77, len, 4096 + 77);
+	guest_host_check(_metadata, 0xa0, BAR_OFF + 77, len, 4096 + 77);
 	ASSERT_EQ(0, fgds_get_stats(h, &st));
 	EXPECT_GT(st.direct_bytes, 3 * SZ_1M - 8192);
 	EXPECT_LT(st.bounce_bytes, 3 * 4096);
@@ -128,7 +104,7 @@ TEST_F_TIMEOUT(lib, readv_and_batch, 300)
 	ASSERT_LT(0, h);
 	ASSERT_EQ((ssize_t)(8192 + SZ_1M + 3 * 4096), fgds_readv(h, segs, 3, 0));
 	for (int i = 0; i < 3; pos += segs[i].size, i++)
-		host_check(_metadata, 0xa0, BAR_OFF + segs[i].offset, segs[i].size, pos);
+		guest_host_check(_metadata, 0xa0, BAR_OFF + segs[i].offset, segs[i].size, pos);
 
 	batch = fgds_batch_create(8);
 	ASSERT_LT(0, batch);
@@ -154,7 +130,7 @@ TEST_F_TIMEOUT(lib, readv_and_batch, 300)
 		EXPECT_EQ((int64_t)SZ_1M, ev[i].result);
 	}
 	for (int i = 0; i < 8; i++)
-		host_check(_metadata, 0xa0, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+		guest_host_check(_metadata, 0xa0, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
 	EXPECT_EQ(0, fgds_batch_destroy(batch));
 	fgds_close(h);
 }
@@ -185,7 +161,7 @@ TEST_F_TIMEOUT(lib, no_p2p_device_strict_fails_else_falls_back, 300)
 	int h;
 
 	ASSERT_NE(NULL, loop);
-	ASSERT_EQ(0, put_file(loop, SZ_1M, 0xa2));
+	ASSERT_EQ(0, fgds_put_file(loop, SZ_1M, 0xa2));
 	h = fgds_open(loop, O_RDWR, 0, &strict);
 	ASSERT_LT(0, h);
 	EXPECT_EQ(-EREMOTEIO, fgds_read(h, self->base, SZ_1M, 0, 0)) TH_LOG("%s", fgds_last_error());
@@ -194,7 +170,7 @@ TEST_F_TIMEOUT(lib, no_p2p_device_strict_fails_else_falls_back, 300)
 	h = fgds_open(loop, O_RDWR, 0, NULL);
 	ASSERT_LT(0, h);
 	EXPECT_EQ((ssize_t)SZ_1M, fgds_read(h, self->base, SZ_1M, 0, 0)) TH_LOG("%s", fgds_last_error());
-	host_check(_metadata, 0xa2, BAR_OFF, SZ_1M, 0);
+	guest_host_check(_metadata, 0xa2, BAR_OFF, SZ_1M, 0);
 	ASSERT_EQ(0, fgds_get_stats(h, &st));
 	EXPECT_EQ(SZ_1M, st.bounce_bytes);
 	EXPECT_EQ(1, st.fallbacks);
