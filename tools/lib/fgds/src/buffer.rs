@@ -168,6 +168,17 @@ fn shared_device(path: PathBuf) -> Result<Arc<Device>> {
     Ok(d)
 }
 
+/// What runs before a caller's own registration of GPU memory, with its
+/// allocation: set by the layer above that keeps registrations of its own
+/// (the registration cache), when it first keeps one, so that its
+/// registration of the same allocation goes first.
+static BEFORE_OWN_REGISTRATION: OnceLock<fn(&Runtime, &DeviceMemory)> = OnceLock::new();
+
+/// Sets [`BEFORE_OWN_REGISTRATION`]; the first call wins.
+pub(crate) fn before_own_registration(release: fn(&Runtime, &DeviceMemory)) {
+    let _ = BEFORE_OWN_REGISTRATION.set(release);
+}
+
 impl Buffer {
     /// Allocates `len` bytes of zeroed, page-aligned host memory.
     pub fn alloc_host(len: usize) -> Result<Buffer> {
@@ -282,13 +293,14 @@ impl Buffer {
     }
 
     /// A caller's registration: the library's cached registration of the
-    /// same allocation ([`crate::gpucache`]) is dropped first, as the
-    /// driver registers a BAR page once at a time.
+    /// same allocation is dropped first ([`before_own_registration`]), as
+    /// the driver registers a BAR page once at a time.
     fn from_gpu(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
         Self::new_gpu(rt, dptr, size, true, true)
     }
 
-    /// A registration of the library's own ([`crate::gpucache`]).
+    /// A registration of the library's own (its registration cache's or
+    /// staging pool's).
     pub(crate) fn from_gpu_uncached(rt: Arc<Runtime>, dptr: u64, size: u64) -> Result<Buffer> {
         Self::new_gpu(rt, dptr, size, true, false)
     }
@@ -317,7 +329,9 @@ impl Buffer {
             });
         }
         if release_cached {
-            crate::gpucache::release(&rt, &mem);
+            if let Some(release) = BEFORE_OWN_REGISTRATION.get() {
+                release(&rt, &mem);
+            }
         }
         let (p2p, no_p2p_reason) = if !try_p2p {
             (None, Some("bounce path asked for".to_string()))

@@ -402,10 +402,13 @@ fn reg_lock() -> &'static Mutex<()> {
     &L
 }
 
-/// Starts the thread that drops the registrations of freed memory.
+/// Starts the thread that drops the registrations of freed memory, and has
+/// a caller's own registration of GPU memory drop the cache's of the same
+/// allocation first ([`release`]). Called before the cache holds its first.
 fn start_reaper() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
+        crate::buffer::before_own_registration(release);
         let _ = std::thread::Builder::new()
             .name("fgds-regcache".into())
             .spawn(|| loop {
@@ -503,6 +506,7 @@ fn cached_or(
         _ => None,
     };
     let bytes = if value.is_some() { len } else { 0 };
+    start_reaper();
     let out = cache().lock().unwrap_or_else(|p| p.into_inner()).insert(
         key,
         id,
@@ -512,7 +516,6 @@ fn cached_or(
     );
     EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
     drop(out);
-    start_reaper();
     value.map(|c| (c.buf, (dptr - mem.base) as usize))
 }
 
