@@ -22,11 +22,12 @@ Examples:
   fgds run --strict -- ./my_cufile_program     # a bounce is an error (FGDS_STRICT=1)")]
 pub struct RunArgs {
     /// fgds's libcufile.so [default: $FGDS_CUFILE_LIB, else libcufile.so next to this
-    /// program or in ../lib]
+    /// program, in the fgds wheel's private folder (fgds/_native in the Python package
+    /// this program came with) or in ../lib]
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
-    /// fgds's LD_AUDIT module [default: libfgds_audit.so next to the library, next to
-    /// this program or in ../lib]
+    /// fgds's LD_AUDIT module [default: libfgds_audit.so next to the library, else where
+    /// the library is looked for]
     #[arg(long, value_name = "PATH", conflicts_with = "no_audit")]
     audit: Option<PathBuf>,
     /// No LD_PRELOAD (the library path and the audit module still apply)
@@ -41,6 +42,91 @@ pub struct RunArgs {
     /// The program and its arguments
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     cmd: Vec<OsString>,
+}
+
+/// Where the fgds wheel puts `libcufile.so` and the audit module: a folder
+/// of the Python package (`tools/python/stage-native.sh`), private to
+/// `fgds run` on purpose. No library path or `ld.so.conf` names it, so the
+/// library reaches a program only through `fgds run` (or `--lib`,
+/// `--audit`, `FGDS_CUFILE_LIB`); in `<prefix>/lib`, `ldconfig` would make it
+/// the machine's `libcufile.so.0` for every program.
+const PRIVATE: [&str; 2] = ["fgds", "_native"];
+
+/// The folders this program, `exe`, looks in for fgds's library and audit
+/// module, in order: its own folder (the cargo build tree,
+/// `tools/target/release`); the wheel's private folder from the wheel's
+/// `<prefix>/bin/fgds` (`pip install --target DIR`: `DIR/fgds/_native`; a
+/// venv, `--prefix`, `--user` or a system install:
+/// `lib/python*/site-packages/fgds/_native`, `lib64/...`, Debian's
+/// `dist-packages` and `local/lib/...`); `../lib` (an install by hand,
+/// `tools/fgds/install/README.md`). Only the private folders that exist are
+/// listed, newest Python first.
+fn search_dirs(exe: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let Some(bin) = exe.parent() else {
+        return dirs;
+    };
+    dirs.push(bin.to_path_buf());
+    let prefix = bin.parent().unwrap_or(bin);
+    let private = |base: PathBuf| PRIVATE.iter().fold(base, |p, c| p.join(c));
+    let mut found = vec![private(prefix.to_path_buf())];
+    for (lib, packages) in [
+        ("lib", "site-packages"),
+        ("lib", "dist-packages"),
+        ("lib64", "site-packages"),
+        ("lib64", "dist-packages"),
+        ("local/lib", "dist-packages"),
+    ] {
+        let lib = prefix.join(lib);
+        let Ok(rd) = std::fs::read_dir(&lib) else {
+            continue;
+        };
+        let mut pys: Vec<OsString> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .filter(|n| n.as_bytes().starts_with(b"python"))
+            .collect();
+        pys.sort_by_key(|n| std::cmp::Reverse(version(n)));
+        found.extend(pys.iter().map(|py| private(lib.join(py).join(packages))));
+    }
+    dirs.extend(found.into_iter().filter(|d| d.is_dir()));
+    dirs.push(prefix.join("lib"));
+    dirs
+}
+
+/// The numbers in a name, to rank `python3.12` above `python3.9`.
+fn version(name: &OsStr) -> Vec<u32> {
+    name.as_bytes()
+        .split(|b| !b.is_ascii_digit())
+        .filter_map(|d| std::str::from_utf8(d).ok()?.parse().ok())
+        .collect()
+}
+
+/// The places [`search_dirs`] looks in, for an error message.
+fn searched(exe: &Path) -> String {
+    let Some(prefix) = exe.parent().and_then(Path::parent) else {
+        return exe.display().to_string();
+    };
+    let p = prefix.display();
+    let dir = PRIVATE.join("/");
+    format!(
+        "{}, {p}/{dir}, {p}/lib/python*/site-packages/{dir} (or lib64, dist-packages, \
+         local/lib) or {p}/lib",
+        exe.parent().unwrap_or(prefix).display()
+    )
+}
+
+/// What to do when the library or the module is nowhere.
+const INSTALL: &str = "install the fgds wheel (tools/python/stage-native.sh, then pip \
+                       install tools/python) and run the fgds it installs, or build them (cd \
+                       tools && cargo build --release -p fgds-cli -p fgds-cufile -p \
+                       fgds-audit) and run tools/target/release/fgds";
+
+fn current_exe() -> Result<PathBuf, fgds::Error> {
+    std::env::current_exe().map_err(|source| fgds::Error::Io {
+        op: "finding this program".into(),
+        source,
+    })
 }
 
 fn find_lib(arg: Option<&Path>) -> Result<PathBuf, fgds::Error> {
@@ -65,19 +151,17 @@ fn find_lib(arg: Option<&Path>) -> Result<PathBuf, fgds::Error> {
             )))
         };
     }
-    let exe = std::env::current_exe().map_err(|source| fgds::Error::Io {
-        op: "finding this program".into(),
-        source,
-    })?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    [dir.join("libcufile.so"), dir.join("../lib/libcufile.so")]
+    let exe = current_exe()?;
+    search_dirs(&exe)
         .into_iter()
+        .map(|d| d.join("libcufile.so"))
         .find(|p| p.is_file())
         .ok_or_else(|| {
             fgds::Error::InvalidArgument(format!(
-                "fgds's libcufile.so is not next to {} (build it: cd tools && cargo build \
-                 --release); pass --lib PATH or set FGDS_CUFILE_LIB",
-                exe.display()
+                "fgds's libcufile.so is not where {} looks for it ({}): {INSTALL}; or pass \
+                 --lib PATH or set FGDS_CUFILE_LIB",
+                exe.display(),
+                searched(&exe)
             ))
         })
 }
@@ -86,7 +170,8 @@ fn find_lib(arg: Option<&Path>) -> Result<PathBuf, fgds::Error> {
 const AUDIT: &str = "libfgds_audit.so";
 
 /// The audit module: `--audit`, else next to the library (as given, then
-/// where its links lead), next to this program or in its `../lib`.
+/// where its links lead), else where the library is looked for
+/// ([`search_dirs`]).
 fn find_audit(arg: Option<&Path>, lib: &Path, canon: &Path) -> Result<PathBuf, fgds::Error> {
     if let Some(p) = arg {
         return if p.is_file() {
@@ -98,27 +183,21 @@ fn find_audit(arg: Option<&Path>, lib: &Path, canon: &Path) -> Result<PathBuf, f
             )))
         };
     }
-    let exe = std::env::current_exe().map_err(|source| fgds::Error::Io {
-        op: "finding this program".into(),
-        source,
-    })?;
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    for p in [lib, canon, exe.as_path()] {
-        if let Some(d) = p.parent() {
-            dirs.push(d.to_path_buf());
-        }
-    }
-    if let Some(d) = exe.parent() {
-        dirs.push(d.join("../lib"));
-    }
+    let exe = current_exe()?;
+    let mut dirs: Vec<PathBuf> = [lib, canon]
+        .iter()
+        .filter_map(|p| p.parent())
+        .map(Path::to_path_buf)
+        .collect();
+    dirs.extend(search_dirs(&exe));
     dirs.iter()
         .map(|d| d.join(AUDIT))
         .find(|p| p.is_file())
         .ok_or_else(|| {
             fgds::Error::InvalidArgument(format!(
                 "{AUDIT} (fgds's LD_AUDIT module, built with libcufile.so) is not in {}; \
-                 pass --audit PATH, or --no-audit to run without it (a dlopen by \
-                 absolute path then loads that library)",
+                 {INSTALL}; or pass --audit PATH, or --no-audit to run without it (a dlopen \
+                 by absolute path then loads that library)",
                 dirs.iter()
                     .map(|d| d.display().to_string())
                     .collect::<Vec<_>>()

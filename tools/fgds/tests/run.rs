@@ -110,6 +110,86 @@ fn run_errors_are_clear() {
     assert!(e.contains("--audit /nonexistent/a.so: no such file"), "{e}");
 }
 
+/// A copy of `fgds` at `root/bin` with a stand-in library and audit module
+/// in `root/private` (a layout of an install), and what `fgds run` then
+/// names: the library its private folder links to and the audit module.
+fn found_in_layout(root: &std::path::Path, bin: &str, private: &str) -> Vec<String> {
+    let bin = root.join(bin);
+    let private = root.join(private);
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_fgds"), bin.join("fgds")).unwrap();
+    for f in ["libcufile.so", "libfgds_audit.so"] {
+        std::fs::write(private.join(f), b"").unwrap();
+    }
+    // The stand-ins are empty: no preload, and the loader ignores (and
+    // says on stderr) an audit module it cannot load.
+    let out = Command::new(bin.join("fgds"))
+        .args(["run", "--no-preload", "--", "sh", "-c"])
+        .arg("readlink \"${LD_LIBRARY_PATH%%:*}/libcufile.so.0\"; printf '%s\\n' \"$LD_AUDIT\"")
+        .env_remove("FGDS_CUFILE_LIB")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_AUDIT")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn run_finds_the_wheels_private_folder() {
+    // pip's layouts of the wheel: <prefix>/bin/fgds and the package's
+    // fgds/_native in a venv or --prefix (lib, lib64, Debian's
+    // dist-packages, local/lib) and with --target (DIR/bin, DIR/fgds).
+    for private in [
+        "lib/python3.11/site-packages/fgds/_native",
+        "lib64/python3.12/site-packages/fgds/_native",
+        "lib/python3/dist-packages/fgds/_native",
+        "local/lib/python3.11/dist-packages/fgds/_native",
+        "fgds/_native",
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let want = ["libcufile.so", "libfgds_audit.so"]
+            .map(|f| root.join(private).join(f).to_str().unwrap().to_string());
+        assert_eq!(found_in_layout(&root, "bin", private), want, "{private}");
+    }
+    // Two Pythons' packages: the newest one's.
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let old = root.join("lib/python3.9/site-packages/fgds/_native");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("libcufile.so"), b"").unwrap();
+    let new = "lib/python3.12/site-packages/fgds/_native";
+    let got = found_in_layout(&root, "bin", new);
+    assert_eq!(
+        got[0],
+        root.join(new).join("libcufile.so").to_str().unwrap()
+    );
+    // Nothing of it in <prefix>/lib: where fgds looks is said, and what to do.
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_fgds"), bin.join("fgds")).unwrap();
+    let out = Command::new(bin.join("fgds"))
+        .args(["run", "--", "true"])
+        .env_remove("FGDS_CUFILE_LIB")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("fgds's libcufile.so is not where")
+            && e.contains("/lib/python*/site-packages/fgds/_native")
+            && e.contains("pip install tools/python")
+            && e.contains("--lib PATH"),
+        "{e}"
+    );
+}
+
 /// Builds `tests/dlopen_cufile.c` linked against a stand-in of NVIDIA's
 /// `libcufile.so.0` (`tests/fake_cufile.c`) with an `RPATH` to it, as a
 /// program built against NVIDIA's library: (the folder, the program, the
