@@ -58,9 +58,9 @@ const PRIVATE: [&str; 2] = ["fgds", "_native"];
 /// `<prefix>/bin/fgds` (`pip install --target DIR`: `DIR/fgds/_native`; a
 /// venv, `--prefix`, `--user` or a system install:
 /// `lib/python*/site-packages/fgds/_native`, `lib64/...`, Debian's
-/// `dist-packages` and `local/lib/...`); `../lib` (an install by hand,
-/// `tools/fgds/install/README.md`). Only the private folders that exist are
-/// listed, newest Python first.
+/// `dist-packages` and `local/lib/...`); `../lib/fgds` (an install by hand,
+/// `tools/fgds/install/README.md`: a folder `ldconfig` does not scan). Only the
+/// private folders that exist are listed, newest Python first.
 fn search_dirs(exe: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     let Some(bin) = exe.parent() else {
@@ -90,7 +90,7 @@ fn search_dirs(exe: &Path) -> Vec<PathBuf> {
         found.extend(pys.iter().map(|py| private(lib.join(py).join(packages))));
     }
     dirs.extend(found.into_iter().filter(|d| d.is_dir()));
-    dirs.push(prefix.join("lib"));
+    dirs.push(prefix.join("lib").join("fgds"));
     dirs
 }
 
@@ -111,7 +111,7 @@ fn searched(exe: &Path) -> String {
     let dir = PRIVATE.join("/");
     format!(
         "{}, {p}/{dir}, {p}/lib/python*/site-packages/{dir} (or lib64, dist-packages, \
-         local/lib) or {p}/lib",
+         local/lib) or {p}/lib/fgds",
         exe.parent().unwrap_or(prefix).display()
     )
 }
