@@ -170,6 +170,27 @@ struct fgds_gpucache_counters {
 	uint64_t cache_bytes;		/* bytes registered in the cache now */
 };
 int fgds_gpucache_counters(struct fgds_gpucache_counters *out);
+
+/* Fallbacks from peer to peer to the bounce path, by cause
+ * (tools/lib/fgds/src/stats.rs, FallbackCause). */
+struct fgds_fallbacks {
+	uint64_t busy;		/* EBUSY: the range is in another registration */
+	uint64_t not_supported;	/* EOPNOTSUPP: no P2P DMA for this memory or file */
+	uint64_t no_device;	/* no fgds node serves the GPU */
+	uint64_t misaligned;	/* the 64 KiB-widened export leaves the allocation */
+	uint64_t no_direct;	/* no O_DIRECT, or the kernel refused an O_DIRECT request */
+	uint64_t asked;		/* the bounce path was asked for */
+	uint64_t other;		/* any other error of the export or registration */
+};
+/* The handle's calls that fell back, by cause (their sum is
+ * fgds_stats.fallbacks). */
+int fgds_get_fallbacks(int handle, struct fgds_fallbacks *out);
+/* The process's fallbacks since it started: calls, every handle's calls
+ * that fell back; registrations, registrations of GPU memory that bounce (a
+ * caller's own, and requests on GPU memory it never registered that the
+ * library served through the bounce path). Either may be NULL. */
+int fgds_process_fallbacks(struct fgds_fallbacks *calls,
+			   struct fgds_fallbacks *registrations);
 /* Why the handle's last request fell back to the bounce path: copied into
  * buf as snprintf does; returns the reason's length (0: no fallback yet) or
  * a negative code. */

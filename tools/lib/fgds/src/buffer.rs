@@ -3,6 +3,7 @@
 use crate::device::{list_devices, Device};
 use crate::error::{Error, Result};
 use crate::gpu::{self, DeviceMemory, Runtime};
+use crate::stats::FallbackCause;
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
@@ -127,6 +128,7 @@ enum Memory {
         mem: DeviceMemory,
         p2p: Option<(FgdsMapping, usize)>,
         no_p2p_reason: Option<String>,
+        no_p2p_cause: Option<FallbackCause>,
     },
 }
 
@@ -333,14 +335,24 @@ impl Buffer {
                 release(&rt, &mem);
             }
         }
-        let (p2p, no_p2p_reason) = if !try_p2p {
-            (None, Some("bounce path asked for".to_string()))
+        let (p2p, no_p2p_reason, no_p2p_cause) = if !try_p2p {
+            (
+                None,
+                Some("bounce path asked for".to_string()),
+                Some(FallbackCause::Asked),
+            )
         } else {
             match Self::gpu_p2p(&rt, &mem, dptr, size) {
-                Ok(m) => (Some(m), None),
-                Err(e) => (None, Some(e.to_string())),
+                Ok(m) => (Some(m), None, None),
+                Err(e) => (None, Some(e.to_string()), Some(FallbackCause::of_error(&e))),
             }
         };
+        // A caller's registration that bounces is counted here; the
+        // library's own are counted where they send a request to the
+        // bounce path (`gpucache`), not where it tries another way.
+        if let (true, Some(c)) = (release_cached, no_p2p_cause) {
+            crate::stats::registration_fallback(c);
+        }
         Ok(Buffer {
             mem: Memory::Gpu {
                 dptr,
@@ -348,6 +360,7 @@ impl Buffer {
                 mem,
                 p2p,
                 no_p2p_reason,
+                no_p2p_cause,
             },
             len,
         })
@@ -427,6 +440,16 @@ impl Buffer {
         match &self.mem {
             Memory::Gpu { no_p2p_reason, .. } => no_p2p_reason.as_deref(),
             Memory::HostBounced { .. } => Some("bounce path asked for"),
+            _ => None,
+        }
+    }
+
+    /// For GPU memory without an fgds mapping (or host memory that
+    /// bounces): why, as a [`FallbackCause`].
+    pub fn p2p_unavailable_cause(&self) -> Option<FallbackCause> {
+        match &self.mem {
+            Memory::Gpu { no_p2p_cause, .. } => *no_p2p_cause,
+            Memory::HostBounced { .. } => Some(FallbackCause::Asked),
             _ => None,
         }
     }

@@ -89,6 +89,34 @@ pub struct fgds_stats {
     pub errors: u64,
 }
 
+/// `struct fgds_fallbacks`: fallbacks to the bounce path by cause
+/// ([`crate::stats::Fallbacks`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct fgds_fallbacks {
+    pub busy: u64,
+    pub not_supported: u64,
+    pub no_device: u64,
+    pub misaligned: u64,
+    pub no_direct: u64,
+    pub asked: u64,
+    pub other: u64,
+}
+
+impl From<crate::stats::Fallbacks> for fgds_fallbacks {
+    fn from(f: crate::stats::Fallbacks) -> Self {
+        fgds_fallbacks {
+            busy: f.busy,
+            not_supported: f.not_supported,
+            no_device: f.no_device,
+            misaligned: f.misaligned,
+            no_direct: f.no_direct,
+            asked: f.asked,
+            other: f.other,
+        }
+    }
+}
+
 /// `struct fgds_gpucache_counters`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -677,6 +705,48 @@ pub unsafe extern "C" fn fgds_get_stats(handle: c_int, out: *mut fgds_stats) -> 
         }
         Err(e) => fail(e),
     }
+}
+
+/// The handle's calls that fell back to the bounce path, by cause (their
+/// sum is `fgds_stats.fallbacks`).
+///
+/// # Safety
+/// `out` must be valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_get_fallbacks(handle: c_int, out: *mut fgds_fallbacks) -> c_int {
+    if out.is_null() {
+        return fail(Error::InvalidArgument("out is NULL".into()));
+    }
+    match file(handle) {
+        Ok(f) => {
+            *out = f.stats().fallback_causes.into();
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// The process's fallbacks to the bounce path by cause, since it started
+/// (`fgds::stats::fallbacks`): `calls`, the calls of every handle that fell
+/// back; `registrations`, registrations of GPU memory that bounce (a
+/// caller's own, and requests on memory it never registered). Either may
+/// be NULL.
+///
+/// # Safety
+/// `calls` and `registrations` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn fgds_process_fallbacks(
+    calls: *mut fgds_fallbacks,
+    registrations: *mut fgds_fallbacks,
+) -> c_int {
+    let f = crate::stats::fallbacks();
+    if !calls.is_null() {
+        *calls = f.calls.into();
+    }
+    if !registrations.is_null() {
+        *registrations = f.registrations.into();
+    }
+    0
 }
 
 /// The process's registrations and what the staging pool and the

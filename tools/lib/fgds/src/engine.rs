@@ -35,6 +35,7 @@ pub use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
+use crate::stats::FallbackCause;
 pub use crate::stats::Stats;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
@@ -189,6 +190,21 @@ fn direct_blocker(file: &FileHandle, buf: &Buffer) -> Option<String> {
         ));
     }
     None
+}
+
+/// The cause of a call's fallback planned before it ran: what
+/// [`direct_blocker`] found first (the file, then its buffers in order),
+/// else a bounce asked for after the kernel refused `O_DIRECT` (a retry of
+/// refused requests, the remainder of a short write).
+fn blocker_cause(file: &FileHandle, bufs: &[&Buffer]) -> FallbackCause {
+    if file.no_direct_reason.is_some() {
+        return FallbackCause::NoDirect;
+    }
+    bufs.iter()
+        .find(|b| b.io_ptr().is_none())
+        .map_or(FallbackCause::NoDirect, |b| {
+            b.p2p_unavailable_cause().unwrap_or(FallbackCause::Other)
+        })
 }
 
 fn check_strict_alignment(file: &FileHandle, addr: u64, size: u64, file_off: u64) -> Result<()> {
@@ -669,7 +685,7 @@ fn run_pieces(
                         err = Some(Error::P2pUnavailable { reason });
                     } else {
                         if !fell_back.swap(true, Ordering::Relaxed) {
-                            st.fallback(&reason);
+                            st.fallback(FallbackCause::of_direct_errno(e), &reason);
                         }
                         pieces[i].mode = if mode == Mode::StagedDirect {
                             Mode::Staged
@@ -921,7 +937,7 @@ fn run_call(
     plan_reason: Option<String>,
 ) -> Result<usize> {
     if let Some(r) = &plan_reason {
-        file.stats.fallback(r);
+        file.stats.fallback(blocker_cause(file, bufs), r);
     }
     let fell_back = AtomicBool::new(plan_reason.is_some());
     let cfg = &file.config;
@@ -1116,11 +1132,10 @@ pub(crate) fn count_direct(file: &FileHandle, op: Op, n: usize) {
 /// Counts `n` bytes a call (or a batch's request) read or wrote.
 fn count_moved(file: &FileHandle, op: Op, n: u64) {
     let st = &file.stats;
-    let ctr = match op {
-        Op::Read => &st.read_bytes,
-        Op::Write => &st.write_bytes,
+    match op {
+        Op::Read => st.read_bytes.fetch_add(n, Ordering::Relaxed),
+        Op::Write => st.write_bytes.fetch_add(n, Ordering::Relaxed),
     };
-    ctr.fetch_add(n, Ordering::Relaxed);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1406,7 +1421,7 @@ fn vectored(
     let mut eof: Option<u64> = None;
     let mut redo: Vec<usize> = Vec::new(); // requests to retry through bounce
     let mut partial: Vec<(usize, usize)> = Vec::new(); // (request, bytes done) short writes
-    let mut fallback_reason: Option<String> = None;
+    let mut fallback_reason: Option<(i32, String)> = None;
     with_backend(cfg, reqs.len(), |be| -> Result<()> {
         let mut next = 0usize;
         let mut inflight = 0usize;
@@ -1447,7 +1462,7 @@ fn vectored(
                     if cfg.strict {
                         err.get_or_insert(Error::P2pUnavailable { reason });
                     } else {
-                        fallback_reason.get_or_insert(reason);
+                        fallback_reason.get_or_insert((e, reason));
                         redo.push(id as usize);
                     }
                 } else {
@@ -1473,8 +1488,8 @@ fn vectored(
     if let Some(e) = err {
         return Err(e);
     }
-    if let Some(r) = &fallback_reason {
-        st.fallback(r);
+    if let Some((e, r)) = &fallback_reason {
+        st.fallback(FallbackCause::of_direct_errno(*e), r);
     }
     // Bounce retries and short-write remainders, outside the ring.
     let mut redo_parts: Vec<(usize, usize, usize, u64)> = Vec::new();
@@ -1503,8 +1518,8 @@ fn vectored(
     }
     redo_parts.sort_by_key(|p| p.3);
     let reason = fallback_reason
-        .as_deref()
-        .unwrap_or("short write remainder");
+        .as_ref()
+        .map_or("short write remainder", |(_, r)| r.as_str());
     let mut redo_bytes = 0u64;
     for (si, so, n, o) in redo_parts {
         if eof.is_some_and(|e| o >= e) {

@@ -29,7 +29,16 @@
 //!    buffer is in use the request waits for one.
 //! 4. Where neither can be used (the pool is off, a staging buffer could
 //!    not be allocated or registered): a registration of the request's
-//!    range for that request only ([`Route::Uncached`]), as before.
+//!    range for that request only ([`Route::Uncached`]), as before. A pool
+//!    whose growth failed is not given up: it keeps the staging buffers it
+//!    has, and tries to grow again [`POOL_RETRY_MIN`] later, the wait
+//!    doubling after each failure in a row up to [`POOL_RETRY_MAX`] (one
+//!    try per wait, not one per request); [`Counters::pool_failures`]
+//!    counts the failures.
+//!
+//! A request that ends on the bounce path (1, or 4 refused) is counted in
+//! [`Counters::bounced`] and, with its cause, in
+//! [`crate::stats::fallbacks`].
 //!
 //! A batch's and a stream-ordered request ([`buffer_for`]) need a buffer
 //! that stays valid until the request ran and whose range a stream-ordered
@@ -74,7 +83,7 @@ use crate::gpu::{self, DeviceMemory, Kind, Runtime};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most allocations the registration cache holds.
 pub const REG_CACHE_ENTRIES: usize = 64;
@@ -173,6 +182,14 @@ pub struct Counters {
     pub uncached: u64,
     /// Staging buffers allocated and registered, on every GPU.
     pub pool_buffers: u64,
+    /// Staging buffers that could not be made (allocation or registration
+    /// failed); the pool tries again later ([`POOL_RETRY_MIN`]).
+    pub pool_failures: u64,
+    /// Requests on unregistered GPU memory that went to the bounce path
+    /// (no node serves the GPU, or neither the cache, the pool nor a
+    /// registration of their own could be used); by cause in
+    /// [`crate::stats::fallbacks`]'s `registrations`.
+    pub bounced: u64,
     /// Lookups of the cache that found a live registration.
     pub cache_hits: u64,
     /// Registrations the cache made.
@@ -191,6 +208,8 @@ static STAGED: AtomicU64 = AtomicU64::new(0);
 static CACHED: AtomicU64 = AtomicU64::new(0);
 static UNCACHED: AtomicU64 = AtomicU64::new(0);
 static POOL_BUFFERS: AtomicU64 = AtomicU64::new(0);
+static POOL_FAILURES: AtomicU64 = AtomicU64::new(0);
+static BOUNCED: AtomicU64 = AtomicU64::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static CACHE_REGS: AtomicU64 = AtomicU64::new(0);
 static STALE: AtomicU64 = AtomicU64::new(0);
@@ -207,6 +226,8 @@ pub fn counters() -> Counters {
         cached: CACHED.load(Ordering::Relaxed),
         uncached: UNCACHED.load(Ordering::Relaxed),
         pool_buffers: POOL_BUFFERS.load(Ordering::Relaxed),
+        pool_failures: POOL_FAILURES.load(Ordering::Relaxed),
+        bounced: BOUNCED.load(Ordering::Relaxed),
         cache_hits: HITS.load(Ordering::Relaxed),
         cache_registrations: CACHE_REGS.load(Ordering::Relaxed),
         cache_stale: STALE.load(Ordering::Relaxed),
@@ -550,28 +571,58 @@ struct Slot {
     buf: Buffer,
 }
 
-struct PoolState {
-    free: Vec<Slot>,
-    /// Staging buffers that exist (free or leased).
+/// How long the pool waits before it tries to grow again after its first
+/// failed growth; doubled after each further failure in a row, up to
+/// [`POOL_RETRY_MAX`]. A growth that succeeds starts over.
+pub const POOL_RETRY_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between two tries to grow a pool that keeps failing.
+pub const POOL_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The last failed growth of a pool, and when it may grow again.
+struct Failure {
+    why: String,
+    /// Failures in a row.
+    count: u32,
+    retry_at: Instant,
+}
+
+/// The wait after `count` failed growths in a row.
+fn retry_after(count: u32) -> Duration {
+    let shift = count.saturating_sub(1).min(16);
+    POOL_RETRY_MIN
+        .saturating_mul(1 << shift)
+        .min(POOL_RETRY_MAX)
+}
+
+struct PoolState<S> {
+    free: Vec<S>,
+    /// Staging buffers that exist (free or leased) or are being made.
     count: usize,
     max: usize,
     size: usize,
-    /// Why a staging buffer could not be made (the pool is not used then).
-    broken: Option<String>,
+    /// Why the last staging buffer could not be made: until its
+    /// `retry_at`, the pool does not grow (a request takes a free buffer,
+    /// waits for one in use, or, with none made, goes another way), then
+    /// one request tries again. Never for good: memory freed or a node
+    /// bound later makes it grow again; at most one try per wait, so a
+    /// pool that cannot grow costs no allocation per request.
+    failed: Option<Failure>,
 }
 
-struct Pool {
-    state: Mutex<PoolState>,
+/// A pool of staging buffers of one GPU; `S` is a staging buffer ([`Slot`];
+/// anything in the tests).
+struct Pool<S = Slot> {
+    state: Mutex<PoolState<S>>,
     freed: Condvar,
 }
 
 /// A staging buffer leased for one request.
-struct Lease {
-    pool: Arc<Pool>,
-    slot: Option<Slot>,
+struct Lease<S = Slot> {
+    pool: Arc<Pool<S>>,
+    slot: Option<S>,
 }
 
-impl Drop for Lease {
+impl<S> Drop for Lease<S> {
     fn drop(&mut self) {
         if let Some(s) = self.slot.take() {
             self.pool
@@ -581,6 +632,76 @@ impl Drop for Lease {
                 .free
                 .push(s);
             self.pool.freed.notify_one();
+        }
+    }
+}
+
+impl<S> Pool<S> {
+    fn new(max: usize, size: usize) -> Pool<S> {
+        Pool {
+            state: Mutex::new(PoolState {
+                free: Vec::new(),
+                count: 0,
+                max,
+                size,
+                failed: None,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// A staging buffer: a free one; else a new one from `grow(size)` while
+    /// the pool is below its size and not waiting after a failed growth;
+    /// else the next one given back; an error (the last growth's) when
+    /// none exists and the pool may not grow now.
+    fn lease(self: &Arc<Self>, grow: impl FnOnce(usize) -> Result<S>) -> Result<Lease<S>> {
+        let size = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if let Some(slot) = st.free.pop() {
+                    drop(st);
+                    return Ok(Lease {
+                        pool: self.clone(),
+                        slot: Some(slot),
+                    });
+                }
+                let waiting = st.failed.as_ref().filter(|f| Instant::now() < f.retry_at);
+                if st.count < st.max && waiting.is_none() {
+                    st.count += 1;
+                    break st.size;
+                }
+                if st.count == 0 {
+                    let why = waiting.map_or("no staging buffer", |f| f.why.as_str());
+                    return Err(Error::P2pUnavailable {
+                        reason: why.to_string(),
+                    });
+                }
+                st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        match grow(size) {
+            Ok(slot) => {
+                self.state.lock().unwrap_or_else(|p| p.into_inner()).failed = None;
+                Ok(Lease {
+                    pool: self.clone(),
+                    slot: Some(slot),
+                })
+            }
+            Err(e) => {
+                POOL_FAILURES.fetch_add(1, Ordering::Relaxed);
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.count -= 1;
+                let count = st.failed.as_ref().map_or(0, |f| f.count) + 1;
+                st.failed = Some(Failure {
+                    why: format!("staging buffer: {e}"),
+                    count,
+                    retry_at: Instant::now() + retry_after(count),
+                });
+                // Those waiting for a buffer of a pool that has none go
+                // another way.
+                self.freed.notify_all();
+                Err(e)
+            }
         }
     }
 }
@@ -601,61 +722,23 @@ fn pool_of(rt: &Runtime, mem: &DeviceMemory) -> Option<Arc<Pool>> {
     Some(
         g.entry(key)
             .or_insert_with(|| {
-                Arc::new(Pool {
-                    state: Mutex::new(PoolState {
-                        free: Vec::new(),
-                        count: 0,
-                        max: (s.device_cache_size / s.per_buffer_size).max(1),
-                        size: s.per_buffer_size,
-                        broken: None,
-                    }),
-                    freed: Condvar::new(),
-                })
+                Arc::new(Pool::new(
+                    (s.device_cache_size / s.per_buffer_size).max(1),
+                    s.per_buffer_size,
+                ))
             })
             .clone(),
     )
 }
 
-/// A staging buffer of `mem`'s GPU: a free one, a new one while the pool
-/// is below its size, else the next one given back.
+/// A staging buffer of `mem`'s GPU ([`Pool::lease`]).
 fn lease(rt: &Arc<Runtime>, mem: &DeviceMemory) -> Result<Lease> {
     let pool = pool_of(rt, mem).ok_or_else(|| Error::InvalidArgument("no staging pool".into()))?;
-    let size = {
-        let mut st = pool.state.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(why) = &st.broken {
-                return Err(Error::InvalidArgument(why.clone()));
-            }
-            if let Some(slot) = st.free.pop() {
-                drop(st);
-                return Ok(Lease {
-                    pool,
-                    slot: Some(slot),
-                });
-            }
-            if st.count < st.max {
-                st.count += 1;
-                break st.size;
-            }
-            st = pool.freed.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    };
-    match new_slot(rt, mem, size) {
-        Ok(slot) => {
-            POOL_BUFFERS.fetch_add(1, Ordering::Relaxed);
-            Ok(Lease {
-                pool,
-                slot: Some(slot),
-            })
-        }
-        Err(e) => {
-            let mut st = pool.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.count -= 1;
-            st.broken = Some(format!("staging buffer: {e}"));
-            pool.freed.notify_all();
-            Err(e)
-        }
-    }
+    pool.lease(|size| {
+        let s = new_slot(rt, mem, size)?;
+        POOL_BUFFERS.fetch_add(1, Ordering::Relaxed);
+        Ok(s)
+    })
 }
 
 fn new_slot(rt: &Arc<Runtime>, mem: &DeviceMemory, size: usize) -> Result<Slot> {
@@ -792,11 +875,7 @@ pub fn buffer_for(
     if !served(&mem) {
         // the bounce path; the buffer says why (no node for this GPU)
         let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
-        let route = if b.is_p2p() {
-            Route::Uncached
-        } else {
-            Route::Bounce
-        };
+        let route = route_of(&b);
         return Ok((Arc::new(b), 0, route));
     }
     if let Some((b, off)) = cached(rt, &mem, dptr, size as u64) {
@@ -805,12 +884,22 @@ pub fn buffer_for(
     }
     UNCACHED.fetch_add(1, Ordering::Relaxed);
     let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
-    let route = if b.is_p2p() {
-        Route::Uncached
-    } else {
-        Route::Bounce
-    };
+    let route = route_of(&b);
     Ok((Arc::new(b), 0, route))
+}
+
+/// The route of a request into a registration of the library's own: the
+/// bounce path, counted with its cause, when it got no fgds mapping.
+fn route_of(b: &Buffer) -> Route {
+    if b.is_p2p() {
+        return Route::Uncached;
+    }
+    BOUNCED.fetch_add(1, Ordering::Relaxed);
+    crate::stats::registration_fallback(
+        b.p2p_unavailable_cause()
+            .unwrap_or(crate::stats::FallbackCause::Other),
+    );
+    Route::Bounce
 }
 
 fn io(
@@ -835,11 +924,7 @@ fn io(
     if !served(&mem) {
         // the bounce path; the buffer says why (no node for this GPU)
         let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
-        let route = if b.is_p2p() {
-            Route::Uncached
-        } else {
-            Route::Bounce
-        };
+        let route = route_of(&b);
         return run(&b, 0).map(|n| (n, route));
     }
     let s = settings();
@@ -868,11 +953,7 @@ fn io(
     }
     UNCACHED.fetch_add(1, Ordering::Relaxed);
     let b = Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64)?;
-    let route = if b.is_p2p() {
-        Route::Uncached
-    } else {
-        Route::Bounce
-    };
+    let route = route_of(&b);
     run(&b, 0).map(|n| (n, route))
 }
 
@@ -987,6 +1068,92 @@ mod tests {
         );
         assert_eq!(c.entries.len(), 1);
         assert_eq!(c.bytes, 0);
+    }
+
+    #[test]
+    fn a_failed_growth_is_tried_again_later_not_for_good() {
+        let pool: Arc<Pool<u32>> = Arc::new(Pool::new(2, 4096));
+        let fail = |_: usize| -> Result<u32> {
+            Err(Error::P2pUnavailable {
+                reason: "no memory".into(),
+            })
+        };
+        let failures = POOL_FAILURES.load(Ordering::Relaxed);
+        assert!(pool.lease(fail).is_err());
+        assert!(POOL_FAILURES.load(Ordering::Relaxed) > failures);
+        // Within the wait: no new try (no retry storm), the last reason.
+        let mut tried = false;
+        let e = pool
+            .lease(|_| {
+                tried = true;
+                Ok(1)
+            })
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(!tried, "grew again within the wait");
+        assert!(
+            e.contains("staging buffer: ") && e.contains("no memory"),
+            "{e}"
+        );
+        // Past the wait: one try, which works, and the pool is back.
+        if let Some(f) = pool
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed
+            .as_mut()
+        {
+            f.retry_at = Instant::now();
+        }
+        let first = pool.lease(|size| {
+            assert_eq!(size, 4096);
+            Ok(7)
+        });
+        assert!(first.is_ok());
+        assert!(pool
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed
+            .is_none());
+        drop(first);
+        // A free buffer is leased whatever the pool's growth does.
+        let again = pool.lease(fail).ok().and_then(|mut l| l.slot.take());
+        assert_eq!(again, Some(7));
+    }
+
+    #[test]
+    fn a_pool_waiting_to_grow_lends_what_it_has() {
+        let pool: Arc<Pool<u32>> = Arc::new(Pool::new(2, 4096));
+        let held = pool.lease(|_| Ok(1));
+        assert!(held.is_ok());
+        // The second buffer cannot be made: waiting to grow again, the
+        // pool lends its first buffer once it is given back.
+        let err = pool.lease(|_| {
+            Err(Error::P2pUnavailable {
+                reason: "no memory".into(),
+            })
+        });
+        assert!(err.is_err());
+        let p2 = pool.clone();
+        let t = std::thread::spawn(move || {
+            p2.lease(|_| -> Result<u32> { panic!("grew within the wait") })
+                .ok()
+                .and_then(|mut l| l.slot.take())
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert_eq!(t.join().ok().flatten(), Some(1));
+    }
+
+    #[test]
+    fn the_wait_doubles_and_is_bounded() {
+        assert_eq!(retry_after(1), POOL_RETRY_MIN);
+        assert_eq!(retry_after(2), POOL_RETRY_MIN * 2);
+        assert_eq!(retry_after(3), POOL_RETRY_MIN * 4);
+        assert_eq!(retry_after(40), POOL_RETRY_MAX);
+        assert_eq!(retry_after(u32::MAX), POOL_RETRY_MAX);
     }
 
     #[test]

@@ -26,5 +26,5 @@ pub use device::{list_devices, Device, DeviceInfo};
 pub use engine::{read, readv, write, writev, Op, Segment};
 pub use error::{Error, Result};
 pub use file::FileHandle;
-pub use stats::Stats;
+pub use stats::{FallbackCause, Fallbacks, Stats};
 pub use stream::{LateArgs, Notify, StreamDone, StreamRequest};

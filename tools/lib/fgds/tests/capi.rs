@@ -105,6 +105,24 @@ fn c_abi_read_write_readv_stats() {
     assert_eq!(st.read_bytes, 150_001 + 9192);
     assert_eq!(st.write_bytes, 10_000);
     assert!(st.direct_bytes > 0 && st.bounce_bytes > 0);
+    let mut fb = fgds_fallbacks::default();
+    assert_eq!(unsafe { fgds_get_fallbacks(h, &mut fb) }, 0);
+    let sum = fb.busy
+        + fb.not_supported
+        + fb.no_device
+        + fb.misaligned
+        + fb.no_direct
+        + fb.asked
+        + fb.other;
+    assert_eq!(sum, st.fallbacks, "the causes add up to the fallbacks");
+    let (mut calls, mut regs) = (fgds_fallbacks::default(), fgds_fallbacks::default());
+    assert_eq!(unsafe { fgds_process_fallbacks(&mut calls, &mut regs) }, 0);
+    assert!(calls.no_direct >= fb.no_direct);
+    assert_eq!(
+        unsafe { fgds_process_fallbacks(std::ptr::null_mut(), std::ptr::null_mut()) },
+        0
+    );
+    assert!(unsafe { fgds_get_fallbacks(h, std::ptr::null_mut()) } < 0);
     assert_eq!(fgds_close(h), 0);
     assert_eq!(fgds_close(h), -libc::EBADF);
     assert_eq!(fgds_read(h, base, 10, 0, 0), -(libc::EBADF as isize));

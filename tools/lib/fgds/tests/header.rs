@@ -63,6 +63,7 @@ fn header_layout_matches() {
         fgds_stats => fgds_stats { direct_bytes, bounce_bytes, fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors }
         fgds_io_params => fgds_io_params { handle, opcode, cookie, file_offset, base, buf_offset, size, segments, nsegments }
         fgds_io_event => fgds_io_event { cookie, status, pad, result }
+        fgds_fallbacks => fgds_fallbacks { busy, not_supported, no_device, misaligned, no_direct, asked, other }
     };
     let (cbody, cwant) = c_consts!(
         FGDS_CONFIG_STRICT = FGDS_CONFIG_STRICT,
