@@ -61,6 +61,23 @@ fn settings_with(staged: &params::Staged) -> Result<Settings, (CUfileOpError, St
     Ok(s)
 }
 
+/// Under `fgds run` ([`fgds::stats::RUN_REPORT_VAR`] set): appends what
+/// this process did to `fgds run`'s report when it exits, for the summary
+/// `fgds run` prints (bytes peer to peer and bounced, every fallback by
+/// cause).
+fn report_at_exit() {
+    extern "C" fn at_exit() {
+        fgds::stats::write_run_report("libcufile");
+    }
+    if std::env::var_os(fgds::stats::RUN_REPORT_VAR).is_some() {
+        // SAFETY: at_exit is a plain function of this library; glibc runs
+        // it at exit, or when this library is unloaded.
+        unsafe {
+            libc::atexit(at_exit);
+        }
+    }
+}
+
 fn init() -> Result<Driver, (CUfileOpError, String)> {
     let settings = settings_with(&params::take());
     if let Err((_, why)) = &settings {
@@ -69,6 +86,7 @@ fn init() -> Result<Driver, (CUfileOpError, String)> {
     }
     let settings = settings?;
     stats::init_level(settings.stats_level);
+    report_at_exit();
     let quiet = settings.log == LogLevel::Off;
     let no_p2p = match fgds::list_devices() {
         Ok(d) if !d.is_empty() => None,
@@ -669,6 +687,46 @@ pub extern "C" fn cuFileHandleDeregister(fh: *mut c_void) {
     stats::reg(stats::Reg::HandleFree, h.is_some(), None, 0);
 }
 
+/// Says that a `cuFileBufRegister` of GPU memory got no fgds mapping (its
+/// I/O bounces through host memory), why and what to do: once per cause in
+/// the process (`FGDS_LOG=debug`: every time). Each one is counted
+/// (`fgds::stats::fallbacks`'s `registrations`, and `n_mmap_err` in the
+/// level 3 statistics).
+fn warn_bounced_registration(start: usize, length: usize, buf: &Buffer) {
+    static SAID: [AtomicBool; 7] = [const { AtomicBool::new(false) }; 7];
+    let cause = buf
+        .p2p_unavailable_cause()
+        .unwrap_or(fgds::FallbackCause::Other);
+    let why = buf.p2p_unavailable_reason().unwrap_or("no fgds mapping");
+    let i = fgds::FallbackCause::ALL
+        .iter()
+        .position(|c| *c == cause)
+        .unwrap_or(SAID.len() - 1);
+    let first = !SAID[i].swap(true, Ordering::Relaxed);
+    let strict = if cause == fgds::FallbackCause::Asked {
+        ""
+    } else {
+        "; FGDS_STRICT=1 makes it an error"
+    };
+    log(
+        if first {
+            LogLevel::Info
+        } else {
+            LogLevel::Debug
+        },
+        format_args!(
+            "cuFileBufRegister: {start:#x} ({length} bytes): registered, but its I/O bounces \
+             through host memory ({cause}: {why}): {}{strict}{}",
+            cause.hint(),
+            if first {
+                " (said once per cause; FGDS_LOG=debug says each)"
+            } else {
+                ""
+            }
+        ),
+    );
+}
+
 /// `cuFileBufRegister`: CUDA device memory (exported to fgds, P2P, where a
 /// node serves its GPU) or host memory.
 ///
@@ -700,13 +758,16 @@ pub unsafe extern "C" fn cuFileBufRegister(
     }
     match make_buffer(start, length) {
         Ok(b) => {
-            if let Some(why) = b.buf.p2p_unavailable_reason() {
-                log(
-                    LogLevel::Debug,
-                    format_args!("cuFileBufRegister: {start:#x}: bounce path: {why}"),
-                );
+            let bounced = b.gpu.is_some() && !b.buf.is_p2p();
+            if bounced {
+                warn_bounced_registration(start, length, &b.buf);
             }
-            stats::reg(stats::Reg::Buf, true, b.gpu.as_deref(), length);
+            let what = if bounced {
+                stats::Reg::BufBounced
+            } else {
+                stats::Reg::Buf
+            };
+            stats::reg(what, true, b.gpu.as_deref(), length);
             g.insert(start, b);
             CUfileError_t::OK
         }

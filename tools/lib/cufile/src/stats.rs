@@ -206,6 +206,10 @@ pub enum Reg {
     HandleFree,
     /// `cuFileBufRegister`.
     Buf,
+    /// `cuFileBufRegister` of GPU memory that got no fgds mapping: the call
+    /// succeeds (its I/O bounces), the mapping counts as failed
+    /// (`n_mmap_err`).
+    BufBounced,
     /// `cuFileBufDeregister`.
     BufFree,
 }
@@ -217,7 +221,7 @@ pub fn reg(what: Reg, ok: bool, gpu: Option<&str>, len: usize) {
         match what {
             Reg::Handle => count(&mut l1.hdl_register_ops, ok),
             Reg::HandleFree => count(&mut l1.hdl_deregister_ops, ok),
-            Reg::Buf => count(&mut l1.buf_register_ops, ok),
+            Reg::Buf | Reg::BufBounced => count(&mut l1.buf_register_ops, ok),
             Reg::BufFree => count(&mut l1.buf_deregister_ops, ok),
         }
         let Some(p) = gpu.and_then(|g| gpu_slot(i, g)) else {
@@ -232,6 +236,10 @@ pub fn reg(what: Reg, ok: bool, gpu: Option<&str>, len: usize) {
                 } else {
                     p.n_mmap_err += 1;
                 }
+            }
+            Reg::BufBounced => {
+                p.n_mmap += 1;
+                p.n_mmap_err += 1;
             }
             Reg::BufFree if ok => p.n_mmap_free += 1,
             _ => {}
