@@ -17,6 +17,9 @@ libcufile.so.0 and libcufile.so, links to fgds's library, and LD_AUDIT naming \
 libfgds_audit.so, which hands fgds's library to every load of a libcufile: linked, \
 dlopen(\"libcufile.so.0\") (KvikIO, torch), dlopen(\"libcufile.so\") (cufile-python, \
 LMCache) or dlopen of an absolute path (the nvidia-cufile wheel's copy). \
+When the program has exited, a summary on stderr says what its processes that loaded \
+fgds's libcufile did: bytes peer to peer and bounced, and every fallback to the bounce \
+path by cause (EBUSY, EOPNOTSUPP, no fgds node, ...) with what to do. \
 Examples:
   fgds run -- python train.py
   fgds run --strict -- ./my_cufile_program     # a bounce is an error (FGDS_STRICT=1)")]
@@ -230,6 +233,20 @@ fn io(op: impl Into<String>) -> impl FnOnce(std::io::Error) -> fgds::Error {
     move |source| fgds::Error::Io { op, source }
 }
 
+/// Prints on stderr what the program's processes that loaded fgds's
+/// libcufile did (each appends a line to `report` as it exits,
+/// [`fgds::stats::write_run_report`]): bytes peer to peer and bounced,
+/// and every fallback to the bounce path by cause, with what to do.
+/// Nothing when no process reported (the program never loaded it).
+fn summarize(report: &Path) {
+    let Ok(text) = std::fs::read_to_string(report) else {
+        return;
+    };
+    if let Some(s) = fgds::stats::RunReport::parse(&text).summary() {
+        eprintln!("{s}");
+    }
+}
+
 /// Runs the program; its exit status is ours (128 + N for a signal).
 pub fn run(a: RunArgs) -> Result<ExitCode, fgds::Error> {
     let given = find_lib(a.lib.as_deref())?;
@@ -273,10 +290,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode, fgds::Error> {
     if a.strict {
         c.env("FGDS_STRICT", "1");
     }
+    let report = dir.0.join("report");
+    c.env(fgds::stats::RUN_REPORT_VAR, &report);
     let st = c.status().map_err(io(format!(
         "running {}",
         OsStr::new(prog).to_string_lossy()
     )))?;
+    summarize(&report);
     use std::os::unix::process::ExitStatusExt;
     let code = st
         .code()

@@ -358,3 +358,38 @@ fn a_program_loading_libcufile_gets_fgds() {
         );
     }
 }
+
+#[test]
+fn run_prints_a_summary_of_what_libcufile_did() {
+    let Some(lib) = built_lib() else {
+        eprintln!("skipped: libcufile.so not built (cargo test --workspace builds it)");
+        return;
+    };
+    let out = fgds()
+        .args(["run", "--no-audit", "--lib"])
+        .arg(&lib)
+        .args(["--", "python3", "-c"])
+        .arg("import ctypes; ctypes.CDLL('libcufile.so.0').cuFileDriverOpen()")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fgds run: summary of 1 report(s): 0.0 MiB direct")
+            && err.contains("fgds run: no fallback to the bounce path"),
+        "{err}"
+    );
+    // A program that never loads it: no summary.
+    let out = fgds()
+        .args(["run", "--no-audit", "--lib"])
+        .arg(&lib)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("summary"),
+        "{out:?}"
+    );
+}
