@@ -684,6 +684,8 @@ fn gpucache_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("cached", c.cached)?;
     d.set_item("uncached", c.uncached)?;
     d.set_item("pool_buffers", c.pool_buffers)?;
+    d.set_item("pool_failures", c.pool_failures)?;
+    d.set_item("bounced", c.bounced)?;
     d.set_item("cache_hits", c.cache_hits)?;
     d.set_item("cache_registrations", c.cache_registrations)?;
     d.set_item("cache_stale", c.cache_stale)?;
@@ -691,6 +693,54 @@ fn gpucache_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("cache_entries", c.cache_entries)?;
     d.set_item("cache_bytes", c.cache_bytes)?;
     Ok(d)
+}
+
+fn causes_dict<'py>(py: Python<'py>, f: &fgds::Fallbacks) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for c in fgds::FallbackCause::ALL {
+        d.set_item(c.name(), f.get(c))?;
+    }
+    Ok(d)
+}
+
+/// `fallbacks() -> dict`: the process's fallbacks from peer to peer to the
+/// bounce path since it started, by cause (`fgds::stats::fallbacks`):
+/// `{"calls": {...}, "registrations": {...}}`, each keyed `busy` (EBUSY),
+/// `not_supported` (EOPNOTSUPP), `no_device`, `misaligned`, `no_direct`,
+/// `asked`, `other`. `calls`: every file's calls that fell back;
+/// `registrations`: registrations of GPU memory that bounce (a
+/// `Buffer.from_cuda`/`from_hip` of its own, or a request on memory never
+/// registered that the library served through the bounce path).
+#[pyfunction]
+fn fallbacks(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let f = fgds::stats::fallbacks();
+    let d = PyDict::new(py);
+    d.set_item("calls", causes_dict(py, &f.calls)?)?;
+    d.set_item("registrations", causes_dict(py, &f.registrations)?)?;
+    Ok(d)
+}
+
+/// `_write_run_report()`: under `fgds run`, appends this process's counters
+/// to its report (the package calls it at exit).
+#[pyfunction]
+fn _write_run_report() {
+    fgds::stats::write_run_report("python");
+}
+
+/// `parse_size(value: str) -> int | None`: a size as every `FGDS_*`
+/// setting takes it (`1048576`, `1M`, `1MiB`, `1MB`, `4k`; the library's
+/// `fgds::env::parse_size`), or None.
+#[pyfunction]
+fn parse_size(value: &str) -> Option<u64> {
+    fgds::env::parse_size(value)
+}
+
+/// `parse_bool(value: str) -> bool | None`: a boolean as every `FGDS_*`
+/// setting takes it (`1/0/true/false/yes/no/on/off`, any case; the
+/// library's `fgds::env::parse_bool`), or None.
+#[pyfunction]
+fn parse_bool(value: &str) -> Option<bool> {
+    fgds::env::parse_bool(value)
 }
 
 fn check_range(len: usize, buf_offset: usize, size: Option<usize>) -> PyResult<usize> {
@@ -816,6 +866,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &fgds::Stats) -> PyResult<Bound<'py, PyDi
     d.set_item("read_bytes", s.read_bytes)?;
     d.set_item("write_bytes", s.write_bytes)?;
     d.set_item("errors", s.errors)?;
+    d.set_item("fallback_causes", causes_dict(py, &s.fallback_causes)?)?;
     d.set_item("last_fallback_reason", s.last_fallback_reason.clone())?;
     Ok(d)
 }
@@ -1135,6 +1186,7 @@ impl File {
 
     /// Counters of the paths the bytes took: direct_bytes, bounce_bytes,
     /// bounce_direct_bytes (of those, read with O_DIRECT), fallbacks, direct_ops, bounce_ops, read_bytes, write_bytes, errors,
+    /// fallback_causes (`fallbacks` by cause, as `fgds.fallbacks()` keys them),
     /// last_fallback_reason.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.get()?.stats())
@@ -1815,6 +1867,10 @@ fn _fgds(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config, m)?)?;
     m.add_function(wrap_pyfunction!(errno_table, m)?)?;
     m.add_function(wrap_pyfunction!(gpucache_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(fallbacks, m)?)?;
+    m.add_function(wrap_pyfunction!(_write_run_report, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bool, m)?)?;
     m.add("IOV_MAX", fgds::FGDS_IOV_MAX)?;
     m.add("BATCH_IOV_MAX", fgds::FGDS_BATCH_IOV_MAX)?;
     m.add("DEFAULT_CHUNK_SIZE", fgds::engine::DEFAULT_CHUNK_SIZE)?;

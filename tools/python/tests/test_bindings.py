@@ -371,8 +371,14 @@ def test_fallback_is_visible(path):
         assert st["direct_bytes"] == 0
         assert st["bounce_bytes"] == 2 * src.nbytes
         assert st["fallbacks"] >= 1 and st["last_fallback_reason"]
+        # Each fallback has its cause: no O_DIRECT here; the process counts them too.
+        assert sum(st["fallback_causes"].values()) == st["fallbacks"]
+        assert st["fallback_causes"]["no_direct"] == st["fallbacks"]
+        assert fgds.fallbacks()["calls"]["no_direct"] >= st["fallbacks"]
+        assert set(fgds.fallbacks()) == {"calls", "registrations"}
         f.reset_stats()
         assert f.stats()["bounce_bytes"] == 0
+        assert f.stats()["fallback_causes"]["no_direct"] == 0
 
 
 def test_strict_mode_refuses_misaligned(path):

@@ -33,9 +33,12 @@ from ._fgds import (  # noqa: F401
     StreamFuture,
     config,
     errno_table,
+    fallbacks,
     gpucache_counters,
     list_devices,
     module_loaded,
+    parse_bool,
+    parse_size,
     strerror,
     strhint,
 )
@@ -54,6 +57,9 @@ __all__ = [
     "errno_table",
     "config",
     "gpucache_counters",
+    "fallbacks",
+    "parse_size",
+    "parse_bool",
     "aligned_bytearray",
     "IOV_MAX",
     "BATCH_IOV_MAX",
@@ -65,6 +71,22 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def _report_at_exit():
+    # Under `fgds run` (FGDS_RUN_REPORT set): what this process's copy of
+    # the library did goes into the summary fgds run prints at the end.
+    import os
+
+    if os.environ.get("FGDS_RUN_REPORT"):
+        import atexit
+
+        from ._fgds import _write_run_report
+
+        atexit.register(_write_run_report)
+
+
+_report_at_exit()
 
 
 def aligned_bytearray(size, alignment=4096):

@@ -16,6 +16,17 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _fgds
+from ._lmcache_options import (  # noqa: F401
+    _ALIGN,
+    _COMMON_KEYS,
+    _FILE_OPTS,
+    FgdsConfigError,
+    _bool,
+    _float,
+    _int,
+    _parse_common,
+    _size,
+)
 
 try:
     import lmcache  # noqa: F401
@@ -49,11 +60,6 @@ __all__ = [
 logger = logging.getLogger("fgds.lmcache")
 
 JOURNAL_VERSION = 2
-_ALIGN = 4096
-
-
-class FgdsConfigError(ValueError):
-    """A configuration value fgds.lmcache cannot use (the message names it)."""
 
 
 class _SlabBusy(RuntimeError):
@@ -674,70 +680,7 @@ class _Slab:
 
 
 # ------------------------------------------------------ option parsing
-
-
-def _bool(name, v):
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.lower() in ("true", "1", "yes", "false", "0", "no"):
-        return v.lower() in ("true", "1", "yes")
-    raise FgdsConfigError(f"{name} must be true or false, not {v!r}")
-
-
-def _int(name, v, minimum=1):
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise FgdsConfigError(f"{name} must be an integer, not {v!r}")
-    try:
-        i = int(v)
-    except ValueError:
-        raise FgdsConfigError(f"{name} must be an integer, not {v!r}") from None
-    if i < minimum:
-        raise FgdsConfigError(f"{name} must be >= {minimum}, not {i}")
-    return i
-
-
-def _float(name, v):
-    if isinstance(v, bool):
-        raise FgdsConfigError(f"{name} must be a number, not {v!r}")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise FgdsConfigError(f"{name} must be a number, not {v!r}") from None
-    if not f > 0:
-        raise FgdsConfigError(f"{name} must be > 0, not {v!r}")
-    return f
-
-
-_FILE_OPTS = {"strict": _bool, "direct": _bool, "queue_depth": _int, "chunk_size": _int}
-
-
-def _parse_common(opts, prefix):
-    """The options both classes take; ``prefix`` names them in errors."""
-    out = {"file_kwargs": {}}
-    for k, conv in _FILE_OPTS.items():
-        if k in opts:
-            out["file_kwargs"][k] = conv(prefix + k, opts[k])
-    out["durable"] = _bool(prefix + "durable", opts.get("durable", False))
-    out["num_workers"] = _int(prefix + "num_workers", opts.get("num_workers", 4))
-    if "slot_size" in opts and opts["slot_size"] is not None:
-        s = _int(prefix + "slot_size", opts["slot_size"])
-        if s % _ALIGN:
-            raise FgdsConfigError(f"{prefix}slot_size {s} must be a multiple of {_ALIGN}")
-        out["slot_size"] = s
-    else:
-        out["slot_size"] = None
-    if "capacity_bytes" in opts and "capacity_gb" in opts:
-        raise FgdsConfigError(f"give {prefix}capacity_gb or {prefix}capacity_bytes, not both")
-    if "capacity_bytes" in opts:
-        out["capacity"] = _int(prefix + "capacity_bytes", opts["capacity_bytes"])
-    else:
-        out["capacity"] = int(_float(prefix + "capacity_gb", opts.get("capacity_gb", 1)) * (1 << 30))
-    return out
-
-
-_COMMON_KEYS = {"path", "capacity_gb", "capacity_bytes", "slot_size", "num_workers",
-                "durable", *_FILE_OPTS}
-
+# In fgds._lmcache_options (no lmcache import; the shared FGDS_* parser).
 
 # ------------------------------------------------------------ L2 (MP)
 
