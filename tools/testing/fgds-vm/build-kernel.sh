@@ -29,7 +29,12 @@ overlay=$(git ls-files --cached --others --exclude-standard -- "${OVERLAY_DIRS[@
 series_id=$( {
 	basename "$tarball"
 	stat -c %s "$tarball"
-	[ -d patches ] && cat patches/series patches/*.patch 2>/dev/null
+	# The patches' diffs, not their messages: a reworded commit message
+	# changes no source file and rebuilds nothing.
+	if [ -d patches ]; then
+		cat patches/series
+		for p in patches/*.patch; do sed -n '/^--- a\//,$p' "$p"; done
+	fi
 	echo "$overlay"
 } | sha256sum | cut -d' ' -f1)
 
