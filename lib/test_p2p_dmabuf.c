@@ -65,15 +65,16 @@
  *
  * Probe offers BAR 2 to importers that make P2PDMA pages
  * (pcim_p2pdma_offer()), as vfio-pci, amdgpu and xe do with the series'
- * patches. Unbinding the driver revokes every buffer, as
+ * patches, and remove() ends the offer first (pci_p2pdma_end_offers()), as
+ * they do: the importers remove their pages, after the DMA already issued to
+ * them, while the device still takes it. Then it revokes every buffer, as
  * vfio_pci_dma_buf_cleanup() does, and waits until every importer has
  * unmapped. With revoke_at_remove=0 it revokes nothing, as amdgpu and xe do
  * (amdgpu_pci_remove() and xe_pci_remove() leave VRAM BOs and their
  * dma-bufs alone; eviction waits until the DRM device is released): the
- * offer's auxiliary device, deleted after remove() and before the provider,
- * is then all that ends importers' pages, and a buffer kept past the unbind
- * answers get_phys() with -ENODEV, as the patched drivers do once the DRM
- * device is unplugged.
+ * end of the offer is then all that ends importers' pages, and a buffer kept
+ * past the unbind answers get_phys() with -ENODEV, as the patched drivers do
+ * once the DRM device is unplugged.
  *
  * The same exports are open to the kernel (test_p2p_dmabuf_kunit_*()), for
  * the KUnit suite of the Rust dma-buf import and P2PDMA page abstractions,
@@ -729,7 +730,7 @@ EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_get);
  * @dev: held by test_p2p_dmabuf_kunit_get()
  *
  * Return: the auxiliary device pcim_p2pdma_offer() made at probe; it lives
- * while @dev is held (the binding's devres deletes it after test_remove()).
+ * while @dev is held (test_remove() ends the offer once nobody holds @dev).
  */
 struct auxiliary_device *test_p2p_dmabuf_kunit_offer(struct device *dev)
 {
@@ -875,7 +876,10 @@ static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	return 0;
 }
 
-/* vfio_pci_dma_buf_cleanup(): revoke everything, wait for the unmaps. */
+/*
+ * The offer's end first, as the patched vfio-pci, amdgpu and xe do; then
+ * vfio_pci_dma_buf_cleanup(): revoke everything, wait for the unmaps.
+ */
 static void test_remove(struct pci_dev *pdev)
 {
 	struct test_dev *tdev = pci_get_drvdata(pdev);
@@ -886,6 +890,7 @@ static void test_remove(struct pci_dev *pdev)
 	mutex_unlock(&test_lock);
 	/* The KUnit suite's P2PDMA pages refer to the provider released next. */
 	wait_event(test_kunit_wait, !atomic_read(&test_kunit_users));
+	pci_p2pdma_end_offers(pdev);
 
 	mutex_lock(&test_lock);
 	mutex_lock(&tdev->lock);

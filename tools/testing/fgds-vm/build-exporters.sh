@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Compile the GPU driver objects that patches/ changes (amdgpu's and xe's
-# dma-buf export and device or VRAM init), once, in their own object directory: no emulated
-# device runs these drivers, so this checks that the changes build; the
-# exporter matrix (fgds_exporter_test) checks the export pattern itself.
+# dma-buf export, device or VRAM init and remove()), once, in their own
+# object directory: no emulated device runs these drivers, so this checks
+# that the changes build; the exporter matrix (fgds_exporter_test) checks
+# the export pattern itself.
 #
 #   build-exporters.sh      (after build-kernel.sh has laid the tree)
 set -euo pipefail
@@ -13,7 +14,8 @@ set -euo pipefail
 need_root
 OBJ=$FGDS_ROOT/fgds/kbuild-exporters
 OBJS=(drivers/gpu/drm/amd/amdgpu/amdgpu_dma_buf.o drivers/gpu/drm/amd/amdgpu/amdgpu_device.o
-	drivers/gpu/drm/xe/xe_dma_buf.o drivers/gpu/drm/xe/xe_vram.o)
+	drivers/gpu/drm/amd/amdgpu/amdgpu_drv.o
+	drivers/gpu/drm/xe/xe_dma_buf.o drivers/gpu/drm/xe/xe_vram.o drivers/gpu/drm/xe/xe_pci.o)
 [ -f "$FGDS_ROOT/fgds/linux/.fgds-tree" ] || die "no kernel tree: run build-kernel.sh first"
 mkdir -p "$FGDS_ROOT/fgds/cfg" "$OBJ"
 cp "$FGDS_VM"/configs/*.config "$FGDS_ROOT/fgds/cfg/"
