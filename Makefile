@@ -7,7 +7,7 @@
 #   make check    every test (host side, then in the VM on the debug kernel),
 #                 ending with "N passed, N failed"
 #   make stress   the VM's bounded tests run longer than make check runs them
-#                 (fgds_stress 600 s, fgds_fuzz up to 800 s, 100 rebinds of
+#                 (fgds_stress 600 s, fgds_fuzz up to 800 s, 200 rebinds of
 #                 the exporter, 100 rounds of each lifetime test), on the
 #                 debug kernel; not part of CI
 #

@@ -13,42 +13,42 @@
 //!
 //! Lifetime rules (the reason most of this file exists):
 //!
+//! - No exporter ever waits for user I/O, in its callback or through a fence. fgds imports only
+//!   buffers it can pin where this GPU's peers reach them, as RDMA imports what it cannot follow
+//!   (`ib_umem_dmabuf_get_pinned()`): REG_BUFFER pins the dma-buf for the registration's life,
+//!   and an exporter that cannot pin it in reach is refused (`EOPNOTSUPP`). Pinned, the buffer
+//!   never moves: the exporter invalidates it only to revoke it (vfio-pci's reset, memory
+//!   disable or close), and the pin holds the memory for the exporter's user until the
+//!   registration ends, after its DMA drained.
 //! - A registration takes every page of its buffer from the chunk's [`P2pPages`] as a
 //!   [`P2pPage`], which holds the page's first reference (the "base" reference); mappings
 //!   (`vm_insert_page()`) and O_DIRECT/io_uring pins (GUP) take their own. When a page's last
 //!   reference goes, the registration's [`Drain`] is told (from any context); with the last, the
-//!   drain completes and signals its fence.
-//! - Ending a registration ([`Buffer::cut`]) marks it dead (new faults get `SIGBUS`, new I/O
-//!   `EFAULT`), zaps every user mapping of it and drops the base references: no new access, and
-//!   in-flight DMA holds the only references left, each dropped when its I/O completes.
-//! - UNREG, close and the owner's unbinding (which removes the offer's auxiliary device) cut the
-//!   registration, wait for the drain with no lock of the exporter's held (the buffer is still
-//!   pinned and mapped meanwhile), then unmap, unpin and detach, and give the struct pages back.
-//!   Concurrent ones of one registration are serialised ([`Buffer::attach`]): none returns
-//!   before the drain.
-//! - The exporter's invalidation (a revocation, or the move of a buffer that is not pinned) is
-//!   handled in bounded time, whatever the duration of the I/O in flight: the callback cuts the
-//!   registration, adds the drain's fence to the buffer's reservation object (bookkeeping usage)
-//!   and unmaps. The exporter waits for that fence before it reuses the memory (the dma-buf
-//!   rules: until an importer's fences retire it may still access the memory; vfio-pci and TTM,
-//!   under amdgpu and xe, wait for bookkeeping fences before they revoke, move or free), so no
-//!   DMA lands in memory the exporter was told is free. The struct pages stay until UNREG,
-//!   close or the unbinding.
-//! - REG_BUFFER pins the dma-buf, then maps it: pinned, it stays where its pages say it is, and
-//!   the exporter invalidates it only to revoke it. An exporter may move the buffer while it
-//!   pins or maps it; that invalidation finds nothing mapped and ends nothing. A buffer the
-//!   exporter cannot pin where peers reach it is mapped unpinned: its next move ends the
-//!   registration, as a revocation.
+//!   drain completes.
+//! - Cutting a registration ([`Buffer::cut`]) marks it dead (new faults get `SIGBUS`, new I/O
+//!   `EFAULT`) and zaps every user mapping of it: no new access. It waits for nothing, so the
+//!   exporter's callback does it, and unmaps, and returns: requests already issued keep their
+//!   page pins and DMA into the range they were issued for, which is still pinned.
+//! - UNREG, close and the owner's unbinding (which removes the offer's auxiliary device) cut
+//!   the registration, drop the base references, wait for the drain with no lock of the
+//!   exporter's held, then unmap, unpin and detach, and give the struct pages back. Concurrent
+//!   ones of one registration are serialised ([`Buffer::attach`]): none returns before the
+//!   drain.
 //! - A BAR page belongs to at most one registration at a time (`EBUSY` otherwise), so a
 //!   registration's pages are freed exactly when its own users are gone.
 //! - Struct pages refer to the BAR's P2PDMA provider, which belongs to the owner's binding. The
-//!   owner deletes the offer's auxiliary device before it releases the provider, which unbinds
-//!   fgds from it and drops the node's [`MiscDeviceRegistration`]. Struct pages are made only
-//!   by REG_BUFFER under a [`RegistrationGuard`] of the node; the registration's drop waits for
-//!   every guard, then drops the node's data ([`NodeGpu`]), which tears down every registration
-//!   on the GPU. No REG_BUFFER runs after that: no struct page of a BAR outlives the binding that
-//!   offered it. Open files outlive the node; what is left to them (UNREG, close, QUERY) needs no
-//!   guard.
+//!   owner ends its offer at the start of its `remove()` (`pci_p2pdma_end_offers()`), before it
+//!   tears the device down, or at the latest before it releases the provider: that deletes the
+//!   offer's auxiliary device, which unbinds fgds from it and drops the node's
+//!   [`MiscDeviceRegistration`], so the DMA already issued drains into a working device.
+//!   Struct pages are made only by REG_BUFFER under a [`RegistrationGuard`] of the node, taken
+//!   for the making and the publishing only (never across a wait for fences or a copy to user
+//!   space); the registration's drop waits for every guard, then drops the node's data
+//!   ([`NodeGpu`]), which tears down every registration on the GPU. No REG_BUFFER makes pages
+//!   after that: no struct page of a BAR outlives the binding that offered it. Open files
+//!   outlive the node; what is left to them (UNREG, close, QUERY) needs no guard.
+//! - What a registration allocates is charged to the caller's memory cgroup, and an open file
+//!   holds at most [`max_registrations`] of them (`ENOSPC`).
 //!
 //! Lock order (outermost first; each arrow is "may be held while taking"):
 //!
@@ -63,10 +63,7 @@
 //!   around it (faults, mmap), and [`Gpu::state`] is held around the memory hotplug lock.
 //! - [`FgdsFile::buffers`] is never held across any of the above.
 //!
-//! Nothing waits for user I/O under the exporter's locks: I/O can be held for as long as its
-//! issuer likes (cgroup throttling, IOPOLL rings, multipath requeueing), so the exporter is
-//! handed a fence instead. Only when no memory is left for the fence's slot does the callback
-//! wait for the drain itself. See `Documentation/misc-devices/fgds.rst`.
+//! See `Documentation/misc-devices/fgds.rst`.
 
 use core::sync::atomic::{
     AtomicUsize,
@@ -79,7 +76,6 @@ use kernel::{
     dma_buf::{
         DmaBuf,
         DynamicAttachment,
-        Fence,
         Importer,
         Invalidation,
         Locked,
@@ -126,7 +122,6 @@ use kernel::{
     seq_print,
     str::CString,
     sync::{
-        aref::ARef,
         Arc,
         Completion,
         Mutex, //
@@ -148,6 +143,12 @@ kernel::module_auxiliary_driver! {
     description: "fast GPU direct storage: O_DIRECT and io_uring I/O into GPU memory, peer to peer",
     license: "GPL",
     imports_ns: ["DMA_BUF"],
+    params: {
+        max_registrations: usize {
+            default: 65536,
+            description: "Most registrations one open file holds (ENOSPC past it)",
+        },
+    },
 }
 
 kernel::auxiliary_device_table!(
@@ -234,38 +235,31 @@ impl Chunk {
     }
 }
 
-/// Counts a registration's pages still in use, plus one while the registration lives;
-/// completes, and signals its fence, when the count reaches zero.
+/// Counts a registration's pages still in use, plus one while the registration holds their base
+/// references; completes when the count reaches zero.
 ///
-/// The extra count (the bias) is dropped by whoever marks the registration dead, after the base
-/// references went ([`Buffer::cut`], or a failed [`Buffer::claim`]), so the count reaches zero
-/// exactly once, after the last page was freed, and waiters need not look at the count. Each
-/// page handed out holds an [`Arc`] of the drain until its last-reference notification
-/// returned, so the drain outlives the completion's wake-up.
+/// The extra count (the bias) is dropped once, after the base references went
+/// ([`Buffer::release_pages`], or a failed [`Buffer::claim`]), so the count reaches zero exactly
+/// once, after the last page was freed, and waiters need not look at the count. Each page handed
+/// out holds an [`Arc`] of the drain until its last-reference notification returned, so the
+/// drain outlives the completion's wake-up.
 #[pin_data]
 struct Drain {
     live: AtomicUsize,
     #[pin]
     done: Completion,
-    /// Signalled when the count reaches zero: what the exporter waits for before it reuses the
-    /// memory of a registration it invalidated with DMA in flight. Made at REG_BUFFER, so that
-    /// the exporter's callback allocates nothing but the fence's slot.
-    fence: ARef<Fence>,
 }
 
 impl Drain {
-    fn new() -> Result<impl PinInit<Self>> {
-        let fence = Fence::new(GFP_KERNEL_ACCOUNT)?;
-        Ok(pin_init!(Drain {
+    fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Drain {
             live: AtomicUsize::new(1),
             done <- Completion::new(),
-            fence,
-        }))
+        })
     }
 
     fn page_freed(&self) {
         if self.live.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.fence.signal();
             self.done.complete_all();
         }
     }
@@ -275,13 +269,9 @@ impl Drain {
         self.page_freed();
     }
 
-    /// Whether every page counted was freed, the bias gone.
-    fn is_done(&self) -> bool {
-        self.fence.is_signaled()
-    }
-
     /// Waits until every page counted was freed, the bias gone. Uninterruptible: called only
-    /// with no lock of the exporter's held, or when no fence could be added instead.
+    /// with no lock of the exporter's held, once the registration is cut (so only requests
+    /// already issued hold pages).
     fn wait(&self) {
         self.done.wait_for_completion();
     }
@@ -373,8 +363,10 @@ impl Drop for NodeGpu {
 }
 
 struct BufState {
-    /// Cut ([`Buffer::cut`]): no new faults, pages freed or being freed.
+    /// Cut ([`Buffer::cut`]): no new faults or mappings.
     dead: bool,
+    /// The drain's bias is still held: the base references in `pages` were not dropped yet.
+    bias: bool,
     /// Cut by the exporter's invalidation or the owner's unbinding.
     revoked: bool,
     /// BAR and offset in it of the first page.
@@ -383,7 +375,8 @@ struct BufState {
     /// Chunks holding the pages, each counted once in its [`Chunk::users`]; kept after the cut
     /// until [`Buffer::unregister`] gives them back, once the drain is done.
     chunks: KVec<Arc<Chunk>>,
-    /// The buffer's pages, in order; each holds its base reference.
+    /// The buffer's pages, in order; each holds its base reference until
+    /// [`Buffer::release_pages`].
     pages: KVVec<P2pPage>,
 }
 
@@ -405,38 +398,48 @@ struct Buffer {
 }
 
 impl Buffer {
-    /// Ends every access through the registration: no new fault or mapping, every mapping
-    /// zapped, the base references and the drain's bias dropped. In-flight DMA still holds its
-    /// pages; the drain completes (and its fence signals) when the last is freed. Idempotent;
-    /// waits for nothing, so it may be called from the exporter's callback.
+    /// Ends every new access through the registration: no new fault or mapping, every mapping
+    /// zapped. Requests already issued hold their own page references and complete. Idempotent;
+    /// waits for nothing and frees nothing, so the exporter's callback calls it.
     fn cut(&self, revoked: bool) {
-        let pages = {
+        {
             let mut st = self.state.lock();
             if st.dead {
                 return;
             }
             st.dead = true;
             st.revoked = revoked;
-            core::mem::take(&mut st.pages)
-        };
+        }
         // Faults now fail; remove what earlier faults mapped, in every process.
         self.mapping.unmap_range(self.cookie, self.size);
-        // Pins taken by O_DIRECT and io_uring are now the only references left, and each is
-        // dropped when its I/O completes.
+    }
+
+    /// Drops the base references of a cut registration and the drain's bias: pins taken by
+    /// O_DIRECT and io_uring are then the only references left, each dropped when its I/O
+    /// completes, and the drain completes with the last. Idempotent.
+    fn release_pages(&self) {
+        let pages = {
+            let mut st = self.state.lock();
+            if !st.bias {
+                return;
+            }
+            st.bias = false;
+            core::mem::take(&mut st.pages)
+        };
         drop(pages);
         self.drain.end_bias();
     }
 
     /// UNREG, close, or the unbinding of the BAR's owner (`revoked`): cuts the registration,
-    /// waits for its DMA in flight, detaches and gives its struct pages back. A second caller
-    /// waits until the first is done.
+    /// waits for its DMA in flight, unpins, detaches and gives its struct pages back. A second
+    /// caller waits until the first is done.
     fn unregister(&self, revoked: bool) {
         let mut attach = self.attach.lock();
         if let Some(a) = attach.take() {
             self.cut(revoked);
-            // No lock of the exporter's is held: a pinned buffer stays where it is meanwhile, and
-            // an invalidation that comes now (a revocation, or the move of a buffer that is not
-            // pinned) finds the registration cut and fences off what is left.
+            self.release_pages();
+            // No lock of the exporter's is held: the buffer stays pinned where it is meanwhile,
+            // and a revocation that comes now finds the registration cut and only unmaps.
             self.drain.wait();
             drop(a);
             let chunks = core::mem::take(&mut self.state.lock().chunks);
@@ -470,24 +473,25 @@ impl Importer for Buffer {
         if !attach.is_mapped() {
             return;
         }
-        // Mapped: a revocation, or a move of a buffer that is not pinned. Either way the pages
-        // describe memory that is no longer the buffer's: the registration ends now.
+        // Mapped, and so pinned: a revocation. No new access from now on; requests already
+        // issued keep their page pins and DMA into the range they were issued for, which the
+        // pin keeps this buffer's until UNREG, close or the unbinding drains them. Nothing here
+        // waits for them, however long their issuer holds them (cgroup throttling, IOPOLL rings,
+        // multipath requeueing), and no fence is left for the exporter to wait on. The DMA goes
+        // to the pages' bus addresses, which the block layer mapped from the BAR's provider,
+        // never through this mapping: it may go now.
         self.cut(true);
-        // DMA still in flight (however long its issuer holds it) is fenced off rather than
-        // waited for: the exporter waits for the fence where it may sleep, before it reuses the
-        // memory. Only when no slot for it can be allocated is the drain waited for here.
-        if !self.drain.is_done()
-            && attach
-                .add_fence(&self.drain.fence, ResvUsage::Bookkeep)
-                .is_err()
-        {
-            self.drain.wait();
-        }
-        // The DMA in flight goes to the pages' bus addresses, which the block layer mapped from
-        // the BAR's provider, never through this mapping: it may go now. Unpinned, so that the
-        // exporter may evict what is no longer used.
         attach.unmap();
-        attach.unpin();
+    }
+}
+
+/// What REG_BUFFER answers when the exporter cannot pin the buffer: `EOPNOTSUPP` (fgds imports
+/// only what it can pin), unless the pin failed for want of memory, a revocation or a signal.
+fn pin_error(e: Error) -> Error {
+    if e == ENOMEM || e == ENODEV || e == EINTR || e == ERESTARTSYS {
+        e
+    } else {
+        EOPNOTSUPP
     }
 }
 
@@ -584,7 +588,7 @@ fn unpublish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) {
 fn publish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) -> Result {
     for key in chunk.key..chunk.key + chunk.units {
         gs.chunks
-            .try_create_and_insert(key, chunk.clone(), GFP_KERNEL)?;
+            .try_create_and_insert(key, chunk.clone(), GFP_KERNEL_ACCOUNT)?;
         if key == chunk.key {
             gs.pagemaps += 1;
         }
@@ -604,11 +608,11 @@ fn new_chunk(
 ) -> Result<Arc<Chunk>> {
     // fgds is the driver bound to the offer's auxiliary device (`gpu.offer`), and the chunk is
     // dropped before fgds's driver data is: the node's registration is part of it, and its drop
-    // waits until `_node` is dropped, when the REG_BUFFER making the chunk has returned (a
-    // registration still being made holds its chunks unpublished, with no mapping and no I/O,
-    // and drops them when it fails). Then the node's data, `NodeGpu`, tears down every
-    // published registration, each of which drops its use of its chunks once its pages are
-    // free.
+    // waits until `_node` is dropped, when the REG_BUFFER making the chunk has published its
+    // registration on the GPU or dropped it (a registration still being made holds its chunks
+    // unpublished, with no mapping and no I/O, and drops them when it fails). Then the node's
+    // data, `NodeGpu`, tears down every published registration, each of which drops its use of
+    // its chunks once its pages are free.
     let size = units * CHUNK_SIZE;
     // SAFETY: As just said, the pages go before fgds's binding to `gpu.offer` ends.
     let pages = unsafe { P2pPages::new(&gpu.offer, chunk_off, size) }?;
@@ -619,7 +623,7 @@ fn new_chunk(
             pages,
             users: AtomicUsize::new(0),
         },
-        GFP_KERNEL,
+        GFP_KERNEL_ACCOUNT,
     )?)
 }
 
@@ -669,7 +673,7 @@ impl Buffer {
                                     new_chunk(&self.gpu, node, o - o % CHUNK_SIZE, units, key)?
                                 }
                             };
-                            chunks.push(chunk.clone(), GFP_KERNEL)?;
+                            chunks.push(chunk.clone(), GFP_KERNEL_ACCOUNT)?;
                             if chunk.users.fetch_add(1, Ordering::Relaxed) == 0 {
                                 // New: counted in `chunks` first, so that the error path
                                 // unpublishes what of it was published.
@@ -682,7 +686,7 @@ impl Buffer {
                     // Counted before it is handed out: its release may come at once.
                     self.drain.live.fetch_add(1, Ordering::AcqRel);
                     match chunks[ci].pages.activate(index, self.drain.clone()) {
-                        Ok(page) => pages.push(page, GFP_KERNEL)?,
+                        Ok(page) => pages.push(page, GFP_KERNEL_ACCOUNT)?,
                         Err(e) => {
                             // Not handed out: no release will come for it (the bias keeps the
                             // count above zero).
@@ -707,18 +711,56 @@ impl Buffer {
             st.pages = pages;
             return Ok(());
         }
-        // Failed, or cut meanwhile (by the exporter's invalidation, which dropped the drain's
-        // bias and fenced off these pages). No user mapping or I/O has them yet: they are freed
-        // as their base references go, and the drain completes with them.
+        // Failed, or cut meanwhile (by the exporter's revocation). No user mapping or I/O has
+        // these pages: they are freed as their base references go here, and the drain, its
+        // bias dropped, completes with them at once.
         st.dead = true;
+        st.bias = false;
         drop(st);
         drop(pages);
-        if !torn_down {
-            self.drain.end_bias();
-        }
+        self.drain.end_bias();
         self.drain.wait();
         release_chunks(&mut self.gpu.state.lock(), chunks);
         res.and(Err(ENODEV))
+    }
+}
+
+/// An open file's registrations, by cookie.
+struct FileBuffers {
+    tree: RBTree<u64, Arc<Buffer>>,
+    /// Entries in `tree`, at most [`max_registrations`].
+    count: usize,
+}
+
+/// Most registrations one open file holds (`ENOSPC` past it): the module parameter
+/// `max_registrations`, 65536 by default. Each registration costs a few hundred bytes of kernel
+/// memory besides its struct pages, all charged to the caller's memory cgroup.
+fn max_registrations() -> usize {
+    *module_parameters::max_registrations.value()
+}
+
+impl FileBuffers {
+    /// Whether the file holds as many registrations as it may.
+    fn full(&self) -> bool {
+        self.count >= max_registrations()
+    }
+
+    fn insert(&mut self, buf: &Arc<Buffer>) -> Result {
+        if self.full() {
+            return Err(ENOSPC);
+        }
+        self.tree
+            .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL_ACCOUNT)?;
+        self.count += 1;
+        Ok(())
+    }
+
+    fn remove(&mut self, cookie: u64) -> Option<Arc<Buffer>> {
+        let buf = self.tree.remove(&cookie);
+        if buf.is_some() {
+            self.count -= 1;
+        }
+        buf
     }
 }
 
@@ -729,15 +771,15 @@ struct FgdsFile {
     node: Arc<RegisteredData<FgdsFile>>,
     /// The node's GPU, for the accounting of registrations after the node is gone.
     gpu: Arc<Gpu>,
-    /// Registrations of this open file, by cookie.
+    /// Registrations of this open file.
     #[pin]
-    buffers: Mutex<RBTree<u64, Arc<Buffer>>>,
+    buffers: Mutex<FileBuffers>,
 }
 
 #[pinned_drop]
 impl PinnedDrop for FgdsFile {
     fn drop(self: Pin<&mut Self>) {
-        let buffers = core::mem::take(&mut *self.buffers.lock());
+        let buffers = core::mem::take(&mut self.buffers.lock().tree);
         for (_, buf) in buffers.iter() {
             buf.unregister(false);
         }
@@ -746,7 +788,7 @@ impl PinnedDrop for FgdsFile {
 
 impl FgdsFile {
     fn lookup(&self, cookie: u64) -> Result<Arc<Buffer>> {
-        self.buffers.lock().get(&cookie).cloned().ok_or(ENOENT)
+        self.buffers.lock().tree.get(&cookie).cloned().ok_or(ENOENT)
     }
 
     fn version(&self, arg: usize) -> Result<isize> {
@@ -778,20 +820,24 @@ impl FgdsFile {
         {
             return Err(EINVAL);
         }
+        // Checked again when the registration is listed on the file.
+        if self.buffers.lock().full() {
+            return Err(ENOSPC);
+        }
         let dmabuf = DmaBuf::get(r.dmabuf_fd)?;
         let end = r.offset.checked_add(r.size).ok_or(ERANGE)?;
         if end > dmabuf.size() as u64 {
             return Err(ERANGE);
         }
-        // Declared first, dropped last: every struct page this call makes and does not publish
-        // is gone before the node's registration may be dropped. `ENODEV` once the node is going.
-        let node = self.node.access()?;
+        // `ENODEV` at once on a node that is gone; the guard that making pages needs is taken
+        // later, around that alone.
+        drop(self.node.access()?);
         let cookie = {
             let mut gs = self.gpu.state.lock();
             gs.last_id += 1;
             gs.last_id << PAGE_SHIFT
         };
-        let drain = Arc::pin_init(Drain::new()?, GFP_KERNEL)?;
+        let drain = Arc::pin_init(Drain::new(), GFP_KERNEL_ACCOUNT)?;
         let buf = Arc::pin_init(
             try_pin_init!(Buffer {
                 gpu: self.gpu.clone(),
@@ -802,6 +848,7 @@ impl FgdsFile {
                 attach <- new_mutex!(None),
                 state <- new_mutex!(BufState {
                     dead: false,
+                    bias: true,
                     revoked: false,
                     bar: 0,
                     bar_offset: 0,
@@ -810,7 +857,7 @@ impl FgdsFile {
                 }),
                 drain,
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?;
         let attach = DynamicAttachment::new(
             &dmabuf,
@@ -823,38 +870,38 @@ impl FgdsFile {
         }
         let ext = {
             let mut locked = attach.lock();
-            // Pinned, the buffer stays where it is until the registration ends: evictions and
-            // suspends pass it by, and only a revocation invalidates it. The exporter may move
-            // it to satisfy the pin (into reach of peers, or, as xe does, into system memory);
-            // an exporter that cannot pin it now leaves it movable (each move then ends the
-            // registration), and so does one that pins it out of reach (below).
-            let _ = locked.pin();
+            // Pinned for the registration's life, or not registered: the struct pages describe
+            // one place in the BAR, and fgds cannot follow a move without waiting for I/O in the
+            // exporter's callback. The exporter may move the buffer to satisfy the pin (amdgpu:
+            // into visible VRAM); one without pin support (static: vfio-pci, virtio-gpu,
+            // NVIDIA) never moves it and succeeds.
+            locked.pin().map_err(pin_error)?;
             map_for_peer(&locked)?;
-            if locked.is_pinned() && locked.phys_ranges().err() == Some(EOPNOTSUPP) {
-                // Pinned where no peer reaches it: unpinned, a map for a peer moves it back.
-                locked.unmap();
-                locked.unpin();
-                map_for_peer(&locked)?;
-            }
             // The exporter's moves and clears of the memory come before any use of it, and so
             // does every implicitly synchronised job on it: storage both writes the registration
             // (reads of files) and reads it (writes), so its readers and writers too.
             locked.wait_fences(ResvUsage::Read)?;
             // `EOPNOTSUPP`: the exporter does not describe its memory as PCI MMIO (system
-            // memory, or a driver without `get_phys()`); `ENODEV`: revoked meanwhile.
+            // memory, as where xe pins, or a driver without `get_phys()`); `ENODEV`: revoked
+            // meanwhile.
             let phys = locked.phys_ranges()?;
             extents(&self.gpu, &phys, r.offset, r.size)?
         };
-        buf.claim(&node, &ext)?;
-        *buf.attach.lock() = Some(attach);
-
-        if let Err(e) = self.publish(&buf) {
-            buf.unregister(false);
-            return Err(e);
+        {
+            // Every struct page this block makes is published on the GPU, or gone, before the
+            // guard is dropped and with it the node's registration may be. `ENODEV` once the
+            // node is going.
+            let node = self.node.access()?;
+            buf.claim(&node, &ext)?;
+            *buf.attach.lock() = Some(attach);
+            if let Err(e) = self.publish(&buf) {
+                buf.unregister(false);
+                return Err(e);
+            }
         }
         req.0.cookie = cookie;
         if let Err(e) = writer.write(&req) {
-            if let Some(buf) = self.buffers.lock().remove(&cookie) {
+            if let Some(buf) = self.buffers.lock().remove(cookie) {
                 buf.unregister(false);
             }
             return Err(e);
@@ -864,15 +911,12 @@ impl FgdsFile {
 
     /// Lists a new registration on its GPU, whose removal then tears it down, and on the file.
     fn publish(&self, buf: &Arc<Buffer>) -> Result {
-        self.gpu
-            .state
-            .lock()
-            .buffers
-            .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
-        self.buffers
-            .lock()
-            .try_create_and_insert(buf.cookie, buf.clone(), GFP_KERNEL)?;
-        Ok(())
+        self.gpu.state.lock().buffers.try_create_and_insert(
+            buf.cookie,
+            buf.clone(),
+            GFP_KERNEL_ACCOUNT,
+        )?;
+        self.buffers.lock().insert(buf)
     }
 
     fn unreg_buffer(&self, arg: usize) -> Result<isize> {
@@ -887,7 +931,7 @@ impl FgdsFile {
         // way no caller returns while DMA into the buffer may be in flight.
         let buf = self.lookup(req.0.cookie)?;
         buf.unregister(false);
-        match self.buffers.lock().remove(&req.0.cookie) {
+        match self.buffers.lock().remove(req.0.cookie) {
             Some(_) => Ok(0),
             None => Err(ENOENT),
         }
@@ -930,7 +974,10 @@ impl MiscDevice for FgdsFile {
             try_pin_init!(FgdsFile {
                 node: misc.registered_data(),
                 gpu: misc.data().0.clone(),
-                buffers <- new_mutex!(RBTree::new()),
+                buffers <- new_mutex!(FileBuffers {
+                    tree: RBTree::new(),
+                    count: 0,
+                }),
             }),
             GFP_KERNEL,
         )
@@ -972,7 +1019,7 @@ impl MiscDevice for FgdsFile {
     }
 
     fn show_fdinfo(me: Pin<&FgdsFile>, m: &SeqFile, _file: &File) {
-        let buffers = me.buffers.lock().iter().count();
+        let buffers = me.buffers.lock().count;
         let (chunks, pagemaps) = {
             let gs = me.gpu.state.lock();
             (gs.chunks.iter().count(), gs.pagemaps)

@@ -20,16 +20,20 @@
  * it), the exporter's revocation or the GPU's removal from the system (its
  * node then goes away; open files of it get ENODEV for new registrations).
  * Then CPU access to its mappings raises SIGBUS, new I/O on them fails with
- * EFAULT, mmap with ENODEV, and the end waits until the DMA of requests
- * already in flight is done: UNREG, the close and the exporter's revoke
- * return only after it. Mappings are not inherited across fork and cannot
+ * EFAULT and mmap with ENODEV. UNREG, the close and the unbinding return only
+ * once the DMA of requests already in flight is done. The exporter's revoke
+ * waits for none of it: requests issued before it complete against the
+ * memory they were issued for, which stays pinned until UNREG or the close.
+ * Only buffers the exporter can pin where peers reach them are registered
+ * (EOPNOTSUPP otherwise). Mappings are not inherited across fork and cannot
  * grow (mremap: EFAULT). A revoked registration (or one of a removed GPU) is
  * reported by FGDS_IOCTL_QUERY_BUFFER and must still be unregistered. The
- * unbinding of the GPU's driver ends its registrations too, before its
- * P2PDMA provider goes, and its node with them; registration on an open file
- * of that node fails with ENODEV, and a new binding makes a new node. A
- * registration's struct pages are charged to the caller's memory cgroup
- * (ENOMEM over its limit).
+ * unbinding of the GPU's driver ends its registrations too, first thing in
+ * its remove(), and its node with them; registration on an open file of that
+ * node fails with ENODEV, and a new binding makes a new node. What a
+ * registration makes is charged to the caller's memory cgroup (ENOMEM over
+ * its limit), and an open file holds at most the module parameter
+ * max_registrations of them (ENOSPC).
  *
  * I/O into a mapping fails with EREMOTEIO on a device that cannot do P2P
  * DMA at all (loop, virtio, dm; md or an NVMe multipath head over a member

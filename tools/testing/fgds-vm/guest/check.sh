@@ -6,13 +6,13 @@
 # FGDS_GUEST_TESTS is another mode's own list (guest/iommu.sh).
 # FGDS_STRESS=1 (make stress) runs the bounded tests longer: the stress
 # run 600 s (make check: 40), the fuzzer up to 800 s and 1,000,000 calls
-# (100,000 or 300 s), 100 rebinds of the exporter (20), 100 rounds of each
+# (100,000 or 300 s), 200 rebinds of the exporter (100), 100 rounds of each
 # lifetime test with I/O in flight (30).
 . /fgds/src/tools/testing/fgds-vm/guest/setup.sh
 
 if [ "${FGDS_STRESS:-0}" = 1 ]; then
 	export FGDS_STRESS_SECONDS=600 FGDS_FUZZ_SECONDS=800 FGDS_FUZZ_ITERS=1000000
-	export FGDS_REBIND_ROUNDS=100 FGDS_LIFETIME_ROUNDS=100
+	export FGDS_REBIND_ROUNDS=200 FGDS_LIFETIME_ROUNDS=100
 fi
 
 bin=/fgds/tests-bin-$FGDS_KCONFIG

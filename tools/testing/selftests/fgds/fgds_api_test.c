@@ -510,6 +510,18 @@ TEST_F(api, mapping_is_uncached)
 
 #define CG "/sys/fs/cgroup/fgds-api-memcg"
 
+/*
+ * How far memory.current may stray from what was charged: each CPU keeps a
+ * stock of up to 64 pages charged ahead (MEMCG_CHARGE_BATCH), which a run
+ * may fill or use up.
+ */
+static long long cg_slack(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return (cpus > 0 ? cpus : 1) * 64 * 4096LL;
+}
+
 static long long cg_read(const char *file)
 {
 	char path[128], val[64] = "";
@@ -593,10 +605,11 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 		printf(" (documented: +%llu), %lld after UNREG\n",
 		       (unsigned long long)cost, after);
 		fflush(stdout);
-		/* The charge, give or take the test's own allocations. */
-		if (grown - base < (long long)cost || grown - base > (long long)cost + SZ_1M)
+		/* The charge, give or take the test's own and the per-CPU stocks. */
+		if (grown - base < (long long)cost - cg_slack() ||
+		    grown - base > (long long)cost + (long long)SZ_1M + cg_slack())
 			_exit(17);
-		if (after - base > SZ_1M / 4)
+		if (after - base > cg_slack())
 			_exit(18);
 		_exit(0);
 	}
@@ -611,6 +624,87 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 		TH_LOG("child failed at step %d (see the comment above)", WEXITSTATUS(status));
 	EXPECT_EQ(memmap0, fgds_memmap_pages());
 	close(dmabuf);
+	rmdir(CG);
+}
+
+/*
+ * What one registration of one page in a 2 MiB unit that has its struct
+ * pages already charges to the caller's memory cgroup: the registration's
+ * state and drain, its per-page arrays, its entries in the GPU's and the
+ * file's tables and the attachment's importer state. On the debug kernel
+ * (lockdep makes every lock larger) runs measured 1542 and 2056 bytes: the
+ * difference is one per-CPU stock of 64 pages (cg_slack()) charged ahead
+ * during the run, which memory.current counts, so the test holds the cost
+ * to a range and prints it. Documented in fgds.rst.
+ */
+#define REG_COST_MIN 512
+#define REG_COST_MAX 4096
+#define NR_SMALL 510
+
+/*
+ * Every object a registration makes is charged: NR_SMALL registrations of
+ * one page each, in a unit whose struct pages a first registration made,
+ * grow memory.current by NR_SMALL times a cost in the documented range, and
+ * their UNREGs give it back. Run in a child that joins the cgroup.
+ */
+TEST_F(api, small_registrations_charge_every_object)
+{
+	long long base, grown, after, per;
+	int status;
+	char val[32];
+	pid_t pid;
+
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+		mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL);
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+		SKIP(return, "no cgroup v2 (CONFIG_MEMCG?)");
+	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"));
+	rmdir(CG);
+	ASSERT_EQ(0, mkdir(CG, 0755));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		static __u64 cookies[NR_SMALL + 1];
+		int i;
+
+		snprintf(val, sizeof(val), "%d", getpid());
+		if (cg_write("cgroup.procs", val))
+			_exit(10);
+		/* The unit's struct pages, charged here, outside the measure. */
+		if (fgds_reg(self->fd, self->dmabuf, 0, 4096, &cookies[NR_SMALL]))
+			_exit(11);
+		base = cg_read("memory.current");
+		for (i = 0; i < NR_SMALL; i++)
+			if (fgds_reg(self->fd, self->dmabuf, (i + 1) * 4096ULL, 4096, &cookies[i]))
+				_exit(12);
+		grown = cg_read("memory.current");
+		for (i = 0; i < NR_SMALL; i++)
+			if (fgds_unreg(self->fd, cookies[i]))
+				_exit(13);
+		after = cg_read("memory.current");
+		if (fgds_unreg(self->fd, cookies[NR_SMALL]))
+			_exit(13);
+		per = (grown - base) / NR_SMALL;
+		printf("# %d one-page registrations: memory.current %lld, %lld, %lld after UNREG\n",
+		       NR_SMALL, base, grown, after);
+		printf("# %lld bytes charged per registration (documented: %d to %d)\n", per,
+		       REG_COST_MIN, REG_COST_MAX);
+		fflush(stdout);
+		if (per < REG_COST_MIN || per > REG_COST_MAX)
+			_exit(14);
+		if (after - base > cg_slack())
+			_exit(15);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	/*
+	 * 10: cgroup setup, 11-13: REG/UNREG failed, 14: the charge per
+	 * registration was out of the documented range, 15: UNREG did not give
+	 * it back.
+	 */
+	EXPECT_EQ(0, WEXITSTATUS(status))
+		TH_LOG("child failed at step %d (see the comment above)", WEXITSTATUS(status));
 	rmdir(CG);
 }
 

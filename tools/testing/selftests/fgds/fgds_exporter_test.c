@@ -12,15 +12,18 @@
  *   (pread, preadv, io_uring into the mapping, from ext4, xfs and the raw
  *   NVMe, and pwrite out of it), every byte checked by the host in the
  *   stand-in's BAR file; the exporter's view (pins, maps, moves) checked;
- *   revoke, eviction, suspend and UNREG with reads in flight from the
- *   throttled NVMe, with the memory refilled by the host after the teardown
- *   and checked after every read ended (a late DMA would show); a buffer
- *   fgds pinned (amdgpu) passed by 100 evictions and 100 suspends with reads
- *   in flight, every byte landing; unbinding the exporter's driver with reads
- *   in flight. fgds's callback in each invalidation (timed by the exporter)
- *   returns in bounded time however long the reads take: it fences them
- *   off, and the exporter waits for the fence (100 revocations in a row
- *   print the longest callback, with and without reads in flight).
+ *   revoke and UNREG with reads in flight from the throttled NVMe, with the
+ *   memory refilled by the host after UNREG and checked after every read
+ *   ended (a late DMA would show); a buffer fgds pinned (amdgpu) passed by
+ *   100 evictions and 100 suspends with reads in flight, every byte landing;
+ *   unbinding the exporter's driver with reads in flight. No exporter waits
+ *   for user I/O: fgds's callback in each revocation (timed by the exporter)
+ *   returns in under CALLBACK_MAX_NS with reads still in flight after it, and
+ *   leaves no fence for the exporter to wait on (100 revocations in a row
+ *   print the longest callback and the exporter's longest wait).
+ * - An exporter that cannot pin the buffer where peers reach it (xe pins in
+ *   system memory) is refused with EOPNOTSUPP: fgds imports only what it can
+ *   pin.
  * - A fence the exporter signals after map (a VRAM clear), and a user's job
  *   writing the buffer (an implicitly synchronised writer): REG_BUFFER waits
  *   for each, and what it wrote does not land over data read afterwards.
@@ -28,9 +31,11 @@
  *   dma-buf pins its module) and the registration keeps working; after
  *   UNREG the module unloads and its node goes.
  * - A dma-buf kept across an unbind and a bind of an exporter that does not
- *   revoke at remove() (amdgpu, xe) is refused with ENODEV; 20 (make
- *   stress: 100) unbinds and binds of such an exporter with REG_BUFFER running and reads
- *   in flight end every registration before the BAR's provider goes.
+ *   revoke at remove() (amdgpu, xe) is refused with ENODEV; 100 (make
+ *   stress: 200) unbinds and binds of such an exporter with REG_BUFFER
+ *   running and reads in flight end every registration, its reads drained
+ *   whole, before the device is torn down (the exporter ends its offer
+ *   first) and before the BAR's provider goes.
  * - The KUnit suite of the Rust dma-buf import and P2PDMA page abstractions
  *   (lib/test_p2p_dmabuf_kunit.rs), which needs the bound exporter: every
  *   case passed, the kernel's struct-page count back where it was.
@@ -70,13 +75,27 @@
 /* Teardowns of each kind with reads in flight, per variant. */
 #define ROUNDS 20
 /*
- * The longest the importers' callback may take in an exporter's invalidation.
- * It zaps the mapping and drops the references of BUF_LEN / 4096 pages:
- * under a millisecond on hardware, up to about 20 ms on the debug kernel
- * under TCG (lockdep), with or without I/O in flight (both are printed), while
- * the throttled reads it must not wait for take hundreds.
+ * What the importers' callback may take in an exporter's revocation of a
+ * 2 MiB registration, and the exporter's wait for fences after it. The
+ * callback marks the registration dead, zaps its mapping and unmaps the
+ * attachment (the page references are dropped later, by UNREG): its cost is
+ * the zap and its TLB shootdown, whatever the I/O in flight. Well under a
+ * millisecond on hardware; on the debug kernel under TCG (KASAN, lockdep)
+ * about 3.5 ms with no I/O in flight, and with reads in flight a tail (the
+ * shootdown's IPI to a vCPU busy with the NVMe's completions) seen up to
+ * 9.7 ms in 100 rounds, while the throttled reads it must not wait for take
+ * hundreds. 100 revocations must stay under CALLBACK_MAX_NS at the 95th
+ * percentile and under twice that at the most; every figure is printed.
  */
-#define CALLBACK_MAX_NS (50 * 1000000ULL)
+#define CALLBACK_MAX_NS (10 * 1000000ULL)
+/* The same bound for a registration of @len bytes: it scales with the zap. */
+#define CALLBACK_MAX_NS_FOR(len) (CALLBACK_MAX_NS * ((len) / SZ_2M))
+/*
+ * The exporter's wait for fences after its revocation: fgds leaves none, so
+ * it is a look at an empty reservation object (tens of microseconds; a
+ * scheduling tail of 1.4 ms was seen under TCG).
+ */
+#define FENCE_WAIT_MAX_NS (1000000ULL)
 #define FENCE_MS 300
 
 static int tpd_export(int tpd, __u64 off, __u64 size, __u32 flags, __u32 fence_ms,
@@ -341,15 +360,16 @@ FIXTURE_VARIANT_ADD(ex, amdgpu_provider_phys) {
 
 /*
  * xe with the same: a pin migrates the buffer to system memory
- * (xe_dma_buf_pin()), so fgds maps it unpinned, which moves it into VRAM
- * (xe_dma_buf_map()); its evictions and suspends are revocations.
+ * (xe_dma_buf_pin()), where no peer reaches it. Unpinned, each eviction or
+ * suspend would move it under I/O in flight, which fgds could only follow by
+ * waiting for that I/O in the exporter's callback: refused.
  */
 FIXTURE_VARIANT_ADD(ex, xe_provider_phys) {
-	.driver = "xe + provider at probe and get_phys(): pins in system memory, moves on map",
+	.driver = "xe + provider at probe and get_phys(): pins only in system memory",
 	.flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER | TEST_P2P_DMABUF_PHYS |
 		 TEST_P2P_DMABUF_MOVE_ON_MAP | TEST_P2P_DMABUF_PIN_SYSTEM,
 	.bar_off = 40 * SZ_1M,
-	.reg_errno = 0,
+	.reg_errno = EOPNOTSUPP,
 };
 
 /* amdgpu through an IOMMU: fgds never reads the sg's DMA addresses. */
@@ -396,22 +416,29 @@ FIXTURE_TEARDOWN(ex)
 	ex_close(&self->e);
 }
 
-/* Exports, registers and maps BUF_LEN at the variant's offset. */
-static int ex_buf(struct ex_env *e, __u32 flags, __u64 bar_off, struct fgds_buf *b)
+/* Exports, registers and maps @len bytes at @bar_off. */
+static int ex_buf_len(struct ex_env *e, __u32 flags, __u64 bar_off, __u64 len,
+		      struct fgds_buf *b)
 {
 	int ret;
 
 	memset(b, 0, sizeof(*b));
 	b->bar_off = bar_off;
-	b->size = BUF_LEN;
-	b->dmabuf = tpd_export(e->tpd, bar_off, BUF_LEN, flags, 0, 0);
+	b->size = len;
+	b->dmabuf = tpd_export(e->tpd, bar_off, len, flags, 0, 0);
 	if (b->dmabuf < 0)
 		return b->dmabuf;
-	ret = fgds_reg(e->node, b->dmabuf, 0, BUF_LEN, &b->cookie);
+	ret = fgds_reg(e->node, b->dmabuf, 0, len, &b->cookie);
 	if (ret)
 		return ret;
-	b->p = fgds_map(e->node, b->cookie, BUF_LEN);
+	b->p = fgds_map(e->node, b->cookie, len);
 	return b->p ? 0 : -errno;
+}
+
+/* Exports, registers and maps BUF_LEN at the variant's offset. */
+static int ex_buf(struct ex_env *e, __u32 flags, __u64 bar_off, struct fgds_buf *b)
+{
+	return ex_buf_len(e, flags, bar_off, BUF_LEN, b);
 }
 
 /* Whether the variant's exporter gives fgds what P2P needs. */
@@ -534,14 +561,20 @@ TEST_F_TIMEOUT(ex, data_every_byte, 600)
 	fgds_buf_put(self->e.node, &b);
 }
 
-static int submit_slow_reads(struct io_uring *ring, int slow, unsigned char *p)
+/* @n reads of IO_LEN from the throttled NVMe into @p, from its start. */
+static int submit_n_slow_reads(struct io_uring *ring, int slow, unsigned char *p, int n)
 {
 	int i;
 
-	for (i = 0; i < NR_IOS; i++)
+	for (i = 0; i < n; i++)
 		io_uring_prep_read(io_uring_get_sqe(ring), slow, p + i * IO_LEN, IO_LEN,
 				   i * IO_LEN);
 	return io_uring_submit(ring);
+}
+
+static int submit_slow_reads(struct io_uring *ring, int slow, unsigned char *p)
+{
+	return submit_n_slow_reads(ring, slow, p, NR_IOS);
 }
 
 /* Reaps @n completions: whole reads and -EFAULTs counted; -1 on anything else. */
@@ -603,13 +636,19 @@ static void pinned_round(struct __test_metadata *_metadata, struct ex_env *e, in
 }
 
 /*
- * The exporter revokes, evicts the buffer or suspends (dynamic exporters
- * only), or the user unregisters, with reads from the throttled NVMe in
- * flight into the mapping. Each teardown returns after the reads that were
- * in flight ended: the host's refill right after it must still be there
- * once every read completed; the exporter saw its mapping unmapped. An
- * eviction or a suspend of a buffer fgds pinned ends nothing: the reads
- * land, every byte checked from the host (pinned_round()).
+ * The exporter revokes, or the user unregisters, with reads from the
+ * throttled NVMe in flight into the mapping; or the exporter is asked to
+ * evict the buffer or suspends (dynamic exporters, whose buffers fgds pins).
+ *
+ * A revocation waits for no read: fgds's callback returns in under
+ * CALLBACK_MAX_NS with reads still in flight after it, leaves no fence (the
+ * exporter's wait after it is as short), and the pin stays until UNREG.
+ * UNREG (after a revocation or alone) returns once the reads that pinned a
+ * page ended: the host's refill right after it must still be there once
+ * every read completed. A round counts as "in flight" only when reads were
+ * pending at the teardown and at least one of them ended whole. An eviction
+ * or a suspend of the pinned buffer ends nothing: the reads land, every
+ * byte checked from the host (pinned_round()).
  */
 TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 {
@@ -620,19 +659,22 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 		     strerror(variant->reg_errno));
 	ASSERT_EQ(0, fgds_put_pattern(self->slow, 0, BUF_LEN, 0x5105));
 	for (kind = REVOKE; kind <= UNREG; kind++) {
-		int round, again = 0, min_p = NR_IOS, max_p = 0;
+		int round, again = 0, min_p = NR_IOS, max_p = 0, min_a = NR_IOS, max_a = 0;
+		int whole_all = 0, efault_all = 0;
 		__u64 cb_max = 0, wait_max = 0;
 		int moves = kind == MOVE || kind == SUSPEND;
-		int pinned = variant->pinned && moves;
-		int rounds = pinned ? variant->pinned_rounds : ROUNDS;
+		int rounds = moves ? variant->pinned_rounds : ROUNDS;
 
 		if (moves && !(variant->flags & TEST_P2P_DMABUF_DYNAMIC))
 			continue;	/* a static exporter never moves */
+		/* fgds registers a dynamic exporter's buffer only pinned. */
+		if (moves)
+			ASSERT_TRUE(variant->pinned && rounds > 0);
 		for (round = 0; round < rounds; round++) {
 			__u64 fresh = 0xe0e0000 + kind * ROUNDS + round;
 			struct test_p2p_dmabuf_state st;
 			struct fgds_buffer_info info;
-			int pending, whole, efault;
+			int pending, after = 0, whole, efault;
 			struct io_uring ring;
 			struct fgds_buf b;
 
@@ -648,54 +690,58 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 				round--;
 				continue;
 			}
-			if (pinned) {
+			min_p = pending < min_p ? pending : min_p;
+			max_p = pending > max_p ? pending : max_p;
+			if (moves) {
 				pinned_round(_metadata, &self->e, kind, &b, &ring,
 					     variant->bar_off);
 				io_uring_queue_exit(&ring);
 				fgds_buf_put(self->e.node, &b);
-				min_p = pending < min_p ? pending : min_p;
-				max_p = pending > max_p ? pending : max_p;
+				whole_all += NR_IOS;
 				continue;
 			}
-			if (kind == UNREG) {
-				ASSERT_EQ(0, fgds_unreg(self->e.node, b.cookie));
-				b.cookie = 0;
-			} else if (kind == SUSPEND) {
-				EXPECT_LE(1, ioctl(self->e.tpd, TEST_P2P_DMABUF_IOCTL_SUSPEND));
+			if (kind == REVOKE) {
+				ASSERT_EQ(0, tpd_fd_ioctl(self->e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE,
+							  b.dmabuf));
+				after = NR_IOS - io_uring_cq_ready(&ring);
 				ASSERT_EQ(0, fgds_query(self->e.node, b.cookie, &info));
 				EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
-			} else {
-				ASSERT_EQ(0, tpd_fd_ioctl(self->e.tpd, kind == REVOKE ?
-							  TEST_P2P_DMABUF_IOCTL_REVOKE :
-							  TEST_P2P_DMABUF_IOCTL_MOVE, b.dmabuf));
-				ASSERT_EQ(0, fgds_query(self->e.node, b.cookie, &info));
-				EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+				ASSERT_EQ(0, tpd_state(self->e.tpd, b.dmabuf, &st));
+				/* Unmapped by the callback; pinned until UNREG drained. */
+				EXPECT_EQ(0, st.maps);
+				EXPECT_EQ(variant->pinned, st.pins);
+				EXPECT_GT(CALLBACK_MAX_NS_FOR(BUF_LEN), st.invalidate_ns)
+					TH_LOG("round %d: callback %llu us", round,
+					       (unsigned long long)st.invalidate_ns / 1000);
+				EXPECT_GT(CALLBACK_MAX_NS, st.fence_wait_ns)
+					TH_LOG("round %d: the exporter waited %llu us for fences",
+					       round, (unsigned long long)st.fence_wait_ns / 1000);
+				/* It returned with reads in flight: it waited for none. */
+				EXPECT_LT(0, after)
+					TH_LOG("round %d: no read in flight after the revocation",
+					       round);
+				cb_max = st.invalidate_ns > cb_max ? st.invalidate_ns : cb_max;
+				if (st.fence_wait_ns > wait_max)
+					wait_max = st.fence_wait_ns;
 			}
-			/* Torn down and unmapped before the call returned. */
+			ASSERT_EQ(0, fgds_unreg(self->e.node, b.cookie));
+			b.cookie = 0;
+			if (kind == UNREG)
+				after = NR_IOS - io_uring_cq_ready(&ring);
 			ASSERT_EQ(0, tpd_state(self->e.tpd, b.dmabuf, &st));
 			EXPECT_EQ(0, st.maps);
 			EXPECT_EQ(0, st.pins);
-			/* fgds's callback fenced the reads off instead of waiting for them. */
-			EXPECT_GT(CALLBACK_MAX_NS, st.invalidate_ns)
-				TH_LOG("%s round %d: callback %llu us", teardown_name[kind],
-				       round, (unsigned long long)st.invalidate_ns / 1000);
-			cb_max = st.invalidate_ns > cb_max ? st.invalidate_ns : cb_max;
-			wait_max = st.fence_wait_ns > wait_max ? st.fence_wait_ns : wait_max;
 			ASSERT_EQ(0, host2("fill", fresh, variant->bar_off, BUF_LEN, 0));
 			ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault))
 				TH_LOG("%s: a read ended with another error", teardown_name[kind]);
 			EXPECT_EQ(NR_IOS, whole + efault);
+			/* Reads that failed all along were not in flight. */
+			EXPECT_LT(0, whole) TH_LOG("%s round %d: every read failed",
+						   teardown_name[kind], round);
 			/* No late DMA over the refill. */
 			EXPECT_EQ(0, host2("check", fresh, variant->bar_off, BUF_LEN, 0))
-				TH_LOG("%s round %d: memory written after the teardown",
+				TH_LOG("%s round %d: memory written after UNREG returned",
 				       teardown_name[kind], round);
-			if (kind == MOVE || kind == SUSPEND) {
-				__u64 c = 0;
-
-				/* An evicted buffer comes back: it can be registered anew. */
-				EXPECT_EQ(0, fgds_reg(self->e.node, b.dmabuf, 0, BUF_LEN, &c));
-				EXPECT_EQ(0, fgds_unreg(self->e.node, c));
-			}
 			if (kind == REVOKE) {
 				__u64 c = 0;
 
@@ -704,15 +750,22 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 			}
 			io_uring_queue_exit(&ring);
 			fgds_buf_put(self->e.node, &b);
-			min_p = pending < min_p ? pending : min_p;
-			max_p = pending > max_p ? pending : max_p;
+			min_a = after < min_a ? after : min_a;
+			max_a = after > max_a ? after : max_a;
+			whole_all += whole;
+			efault_all += efault;
 		}
-		ksft_print_msg("%s%s: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
-			       teardown_name[kind], pinned ? " of a pinned buffer" : "", rounds,
-			       min_p, max_p, NR_IOS, again);
-		if (kind != UNREG && !pinned)
-			ksft_print_msg("%s: callback <= %.3f ms, fence waited <= %.0f ms\n",
+		ksft_print_msg("%s%s: %d rounds, %d reads each, %d to %d in flight (%d reruns)\n",
+			       teardown_name[kind], moves ? " of a pinned buffer" : "", rounds,
+			       NR_IOS, min_p, max_p, again);
+		ksft_print_msg("%s: %d reads whole, %d failed (EFAULT)\n", teardown_name[kind],
+			       whole_all, efault_all);
+		if (kind == REVOKE) {
+			ksft_print_msg("%s: callback <= %.3f ms, the exporter waited <= %.3f ms\n",
 				       teardown_name[kind], cb_max / 1e6, wait_max / 1e6);
+			ksft_print_msg("%s: %d to %d reads still in flight after it\n",
+				       teardown_name[kind], min_a, max_a);
+		}
 	}
 	EXPECT_EQ(0, fgds_fdinfo_num(self->e.node, "fgds-gpu-pages"));
 }
@@ -805,28 +858,45 @@ TEST_F(late, fence_after_map_is_waited_for)
 }
 
 /*
- * Revocation never waits for user I/O in the exporter's callback: 100
- * (FGDS_REVOKE_ROUNDS) revocations of a buffer fgds pinned (amdgpu's
- * pattern), each with reads from the throttled NVMe in flight, however long
- * those take. fgds's callback (the exporter's dma_buf_invalidate_mappings(),
- * which it times) returns in under CALLBACK_MAX_NS; the exporter then waits
- * for fgds's fence, which retires when the reads ended; nothing lands after
- * the revoke returned (the host's refill is intact once every read ended).
+ * No exporter waits for user I/O: 100 (FGDS_REVOKE_ROUNDS) revocations of a
+ * 2 MiB buffer fgds pinned (amdgpu's pattern), each with reads from the throttled
+ * NVMe in flight, however long those take. fgds's callback (the exporter's
+ * dma_buf_invalidate_mappings(), which it times) returns in under
+ * CALLBACK_MAX_NS (95th percentile; every one under twice that), and the
+ * exporter's wait for fences after it (what vfio-pci and TTM do) is a look
+ * at an empty reservation object: fgds leaves no fence. Reads are still in
+ * flight after the revocation returned; UNREG waits for them, and nothing
+ * lands after it (the host's refill is intact once every read ended).
  */
+static int cmp_u64(const void *a, const void *b)
+{
+	__u64 x = *(const __u64 *)a, y = *(const __u64 *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define CB_LEN SZ_2M
+#define CB_IOS ((int)(CB_LEN / IO_LEN))
+
 TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 {
 	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
 	const char *env = getenv("FGDS_REVOKE_ROUNDS");
 	int rounds = env ? atoi(env) : 100;
-	int slow, ret, round, again = 0, min_p = NR_IOS, max_p = 0;
-	__u64 cb_max = 0, wait_min = ~0ULL, wait_max = 0, idle_max = 0;
+	int slow, ret, round, again = 0, min_p = CB_IOS, max_p = 0, min_a = CB_IOS, max_a = 0;
+	__u64 cb_max = 0, wait_max = 0, idle_max = 0;
+	int whole_all = 0, efault_all = 0;
+	__u64 *cb_ns, *wait_ns;
 	struct ex_env e;
 	const char *why;
 
 	if (!bdf2())
 		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
 	ASSERT_LT(0, rounds);
+	cb_ns = calloc(rounds, sizeof(*cb_ns));
+	wait_ns = calloc(rounds, sizeof(*wait_ns));
+	ASSERT_TRUE(cb_ns && wait_ns);
 	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
 	ASSERT_LE(0, slow);
 	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5108));
@@ -841,8 +911,8 @@ TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 		struct fgds_buf b;
 		size_t off;
 
-		ASSERT_EQ(0, ex_buf(&e, flags, 24 * SZ_1M, &b));
-		for (off = 0; off < BUF_LEN; off += 4096)
+		ASSERT_EQ(0, ex_buf_len(&e, flags, 24 * SZ_1M, CB_LEN, &b));
+		for (off = 0; off < CB_LEN; off += 4096)
 			fgds_store(b.p + off, 1);
 		ASSERT_EQ(0, tpd_fd_ioctl(e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE, b.dmabuf));
 		ASSERT_EQ(0, tpd_state(e.tpd, b.dmabuf, &st));
@@ -853,16 +923,16 @@ TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 		__u64 fresh = 0xcb00000 + round;
 		struct test_p2p_dmabuf_state st;
 		struct fgds_buffer_info info;
-		int pending, whole, efault;
+		int pending, after, whole, efault;
 		struct io_uring ring;
 		struct fgds_buf b;
 
-		ASSERT_EQ(0, ex_buf(&e, flags, 24 * SZ_1M, &b));
-		ASSERT_EQ(0, io_uring_queue_init(2 * NR_IOS, &ring, 0));
-		ASSERT_EQ(NR_IOS, submit_slow_reads(&ring, slow, b.p));
-		pending = NR_IOS - io_uring_cq_ready(&ring);
+		ASSERT_EQ(0, ex_buf_len(&e, flags, 24 * SZ_1M, CB_LEN, &b));
+		ASSERT_EQ(0, io_uring_queue_init(2 * CB_IOS, &ring, 0));
+		ASSERT_EQ(CB_IOS, submit_n_slow_reads(&ring, slow, b.p, CB_IOS));
+		pending = CB_IOS - io_uring_cq_ready(&ring);
 		if (!pending) {
-			ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+			ASSERT_EQ(0, reap_all(&ring, CB_IOS, &whole, &efault));
 			io_uring_queue_exit(&ring);
 			fgds_buf_put(e.node, &b);
 			ASSERT_GT(rounds, ++again);
@@ -870,35 +940,58 @@ TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 			continue;
 		}
 		ASSERT_EQ(0, tpd_fd_ioctl(e.tpd, TEST_P2P_DMABUF_IOCTL_REVOKE, b.dmabuf));
-		ASSERT_EQ(0, host2("fill", fresh, 24 * SZ_1M, BUF_LEN, 0));
+		after = CB_IOS - io_uring_cq_ready(&ring);
 		ASSERT_EQ(0, tpd_state(e.tpd, b.dmabuf, &st));
 		EXPECT_EQ(0, st.maps);
-		EXPECT_EQ(0, st.pins);
-		EXPECT_GT(CALLBACK_MAX_NS, st.invalidate_ns)
+		EXPECT_EQ(1, st.pins);
+		EXPECT_GT(2 * CALLBACK_MAX_NS, st.invalidate_ns)
 			TH_LOG("round %d: the callback took %llu us with %d reads in flight",
 			       round, (unsigned long long)st.invalidate_ns / 1000, pending);
-		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
-		EXPECT_EQ(NR_IOS, whole + efault);
-		EXPECT_EQ(0, host2("check", fresh, 24 * SZ_1M, BUF_LEN, 0))
-			TH_LOG("round %d: memory written after the revoke returned", round);
+		EXPECT_GT(CALLBACK_MAX_NS, st.fence_wait_ns)
+			TH_LOG("round %d: the exporter waited %llu us for fences", round,
+			       (unsigned long long)st.fence_wait_ns / 1000);
+		cb_ns[round] = st.invalidate_ns;
+		wait_ns[round] = st.fence_wait_ns;
+		EXPECT_LT(0, after) TH_LOG("round %d: no read in flight after the revocation",
+					   round);
 		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
 		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
+		ASSERT_EQ(0, fgds_unreg(e.node, b.cookie));
+		b.cookie = 0;
+		ASSERT_EQ(0, host2("fill", fresh, 24 * SZ_1M, CB_LEN, 0));
+		ASSERT_EQ(0, reap_all(&ring, CB_IOS, &whole, &efault));
+		EXPECT_EQ(CB_IOS, whole + efault);
+		EXPECT_LT(0, whole) TH_LOG("round %d: every read failed", round);
+		EXPECT_EQ(0, host2("check", fresh, 24 * SZ_1M, CB_LEN, 0))
+			TH_LOG("round %d: memory written after UNREG returned", round);
 		cb_max = st.invalidate_ns > cb_max ? st.invalidate_ns : cb_max;
-		wait_min = st.fence_wait_ns < wait_min ? st.fence_wait_ns : wait_min;
 		wait_max = st.fence_wait_ns > wait_max ? st.fence_wait_ns : wait_max;
 		io_uring_queue_exit(&ring);
 		fgds_buf_put(e.node, &b);
 		min_p = pending < min_p ? pending : min_p;
 		max_p = pending > max_p ? pending : max_p;
+		min_a = after < min_a ? after : min_a;
+		max_a = after > max_a ? after : max_a;
+		whole_all += whole;
+		efault_all += efault;
 	}
-	ksft_print_msg("revoke: %d rounds with %d to %d of %d reads in flight (%d reruns)\n",
-		       rounds, min_p, max_p, NR_IOS, again);
-	ksft_print_msg("revoke: callback <= %.3f ms in %d rounds, fence waited %.0f to %.0f ms\n",
-		       cb_max / 1e6, rounds, wait_min / 1e6, wait_max / 1e6);
+	ksft_print_msg("revoke: %d rounds of a %lu MiB registration, %d reads each (%d reruns)\n",
+		       rounds, CB_LEN / SZ_1M, CB_IOS, again);
+	ksft_print_msg("revoke: %d to %d reads in flight at it, %d to %d still after it returned\n",
+		       min_p, max_p, min_a, max_a);
+	ksft_print_msg("revoke: %d reads whole, %d failed (EFAULT)\n", whole_all, efault_all);
+	qsort(cb_ns, rounds, sizeof(*cb_ns), cmp_u64);
+	qsort(wait_ns, rounds, sizeof(*wait_ns), cmp_u64);
+	ksft_print_msg("revoke: callback: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n",
+		       cb_ns[rounds / 2] / 1e6, cb_ns[rounds * 95 / 100] / 1e6, cb_max / 1e6);
+	ksft_print_msg("revoke: exporter's wait: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n",
+		       wait_ns[rounds / 2] / 1e6, wait_ns[rounds * 95 / 100] / 1e6, wait_max / 1e6);
+	EXPECT_GT(CALLBACK_MAX_NS, cb_ns[rounds * 95 / 100]);
+	EXPECT_GT(FENCE_WAIT_MAX_NS, wait_ns[rounds * 95 / 100]);
+	free(cb_ns);
+	free(wait_ns);
 	ksft_print_msg("revoke: callback <= %.3f ms in 10 rounds with no I/O in flight\n",
 		       idle_max / 1e6);
-	/* In every round the reads outlasted the callback: the fence held them, not it. */
-	EXPECT_LT(cb_max, wait_min);
 	EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
 	close(slow);
 	ex_close(&e);
@@ -955,6 +1048,9 @@ TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
 		ASSERT_EQ(0, u.ret) TH_LOG("unbind: %s", strerror(-u.ret));
 		ASSERT_EQ(0, host2("fill", 0xdead0 + tries, 32 * SZ_1M, BUF_LEN, 0));
 		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
+		/* The offer ended first: the reads in flight drained into a working device. */
+		if (u.in_flight)
+			EXPECT_LT(0, whole) TH_LOG("every read in flight at the unbind failed");
 		EXPECT_EQ(0, host2("check", 0xdead0 + tries, 32 * SZ_1M, BUF_LEN, 0));
 		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
 		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
@@ -1025,8 +1121,8 @@ TEST_F(late, stale_dma_buf_across_rebind)
 	ASSERT_EQ(0, set_revoke_at_remove(1));
 }
 
-/* Rounds of rebind_with_reg_and_io_in_flight: FGDS_REBIND_ROUNDS or this (make stress: 100). */
-#define REBIND_ROUNDS 20
+/* Rounds of rebind_with_reg_and_io_in_flight: FGDS_REBIND_ROUNDS or this. */
+#define REBIND_ROUNDS 100
 
 static int rebind_rounds(void)
 {
@@ -1122,6 +1218,8 @@ TEST_F_TIMEOUT(late, rebind_with_reg_and_io_in_flight, 1800)
 		ASSERT_EQ(0, reap_all(&ring, NR_IOS, &whole, &efault));
 		EXPECT_EQ(0, host2("check", 0xbead0 + round, 32 * SZ_1M, BUF_LEN, 0))
 			TH_LOG("round %d: DMA after the unbind returned", round);
+		ksft_print_msg("rebind round %d: %d reads, %d in flight, %d whole, %d EFAULT\n",
+			       round, NR_IOS, u.in_flight, whole, efault);
 		ASSERT_EQ(0, fgds_query(e.node, b.cookie, &info));
 		EXPECT_EQ(FGDS_BUFFER_REVOKED, info.state);
 		EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
@@ -1130,8 +1228,11 @@ TEST_F_TIMEOUT(late, rebind_with_reg_and_io_in_flight, 1800)
 		close(r.dmabuf);
 		ex_close(&e);
 		ASSERT_EQ(0, fgds_sysfs_write("/sys/bus/pci/drivers/" TPD_NAME "/bind", bdf2()));
-		if (!u.in_flight) {
-			/* Nothing was in flight: this round does not count. */
+		if (!u.in_flight || !whole) {
+			/*
+			 * Nothing was in flight, or every read failed (none was
+			 * really in flight): this round does not count.
+			 */
 			ASSERT_GT(50, ++again) TH_LOG("too many rounds with nothing in flight");
 			round--;
 			continue;

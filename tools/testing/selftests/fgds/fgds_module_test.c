@@ -5,7 +5,8 @@
  * everything is closed. Runs last: it reloads the module at the end. The
  * same holds for the other Rust misc driver, the sample
  * (samples/rust/rust_misc_device.rs): every implementation of MiscDevice
- * names its module.
+ * names its module. The module parameter max_registrations caps the
+ * registrations of one open file.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "fgds_test.h"
 #include "fgds_util.h"
 
 static int unload_module(const char *name)
@@ -62,6 +64,55 @@ TEST(unload_refused_while_open_or_mapped)
 	EXPECT_EQ(0, access(FGDS_NODE, F_OK));
 	close(b.dmabuf);
 	fgds_vfio_close(&v);
+}
+
+#define CAP 8
+#define CAP_STR "8"
+
+/*
+ * An open file holds at most max_registrations registrations: the next one
+ * fails with ENOSPC and makes nothing; another open file has a budget of its
+ * own, and UNREG gives one back. fgds is reloaded with a cap of CAP, then
+ * with the default.
+ */
+TEST(registrations_capped_per_open_file)
+{
+	__u64 cookies[CAP], c = 0;
+	struct fgds_vfio v;
+	int fd, fd2, dmabuf, i;
+	long long pages;
+	const char *why;
+
+	if (!getenv("FGDS_GPU_BDF"))
+		SKIP(return, "run in the fgds VM");
+	ASSERT_EQ(0, unload());
+	ASSERT_EQ(0, system("modprobe fgds max_registrations=" CAP_STR));
+	fd = open(FGDS_NODE, O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fgds_vfio_open(&v, &why)) TH_LOG("vfio: %s", why);
+	dmabuf = fgds_vfio_dmabuf(&v, 496 << 20, 2 << 20);
+	ASSERT_LE(0, dmabuf);
+	for (i = 0; i < CAP; i++)
+		ASSERT_EQ(0, fgds_reg(fd, dmabuf, i * 4096, 4096, &cookies[i]));
+	pages = fgds_fdinfo_num(fd, "fgds-gpu-pages");
+	EXPECT_EQ(-ENOSPC, fgds_reg(fd, dmabuf, CAP * 4096, 4096, &c));
+	EXPECT_EQ(CAP, fgds_fdinfo_num(fd, "fgds-buffers"));
+	EXPECT_EQ(CAP, fgds_fdinfo_num(fd, "fgds-gpu-buffers"));
+	EXPECT_EQ(pages, fgds_fdinfo_num(fd, "fgds-gpu-pages"));
+	/* Another open file: its own budget. */
+	fd2 = open(FGDS_NODE, O_RDWR);
+	ASSERT_LE(0, fd2);
+	EXPECT_EQ(0, fgds_reg(fd2, dmabuf, CAP * 4096, 4096, &c));
+	close(fd2);
+	/* UNREG gives one back. */
+	EXPECT_EQ(0, fgds_unreg(fd, cookies[0]));
+	EXPECT_EQ(0, fgds_reg(fd, dmabuf, 0, 4096, &cookies[0]));
+	EXPECT_EQ(-ENOSPC, fgds_reg(fd, dmabuf, CAP * 4096, 4096, &c));
+	close(fd);
+	close(dmabuf);
+	fgds_vfio_close(&v);
+	EXPECT_EQ(0, unload());
+	EXPECT_EQ(0, reload());
 }
 
 #define SAMPLE_MOD "rust_misc_device"

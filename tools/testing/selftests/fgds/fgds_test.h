@@ -29,6 +29,9 @@
 #define SZ_4K 4096UL
 #define SZ_64K (64 * 1024UL)
 #define SZ_1M (1024 * 1024UL)
+#ifndef SZ_2M
+#define SZ_2M (2 * SZ_1M)
+#endif
 
 static inline void *fgds_aligned_buf(size_t len)
 {
