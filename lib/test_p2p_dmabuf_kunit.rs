@@ -22,7 +22,6 @@ use kernel::{
     dma_buf::{
         DmaBuf,
         DynamicAttachment,
-        Fence,
         Importer,
         Invalidation,
         ResvUsage, //
@@ -195,6 +194,19 @@ fn kernel_fences_signalled(buf: &DmaBuf) -> bool {
     }
 }
 
+/// Whether every fence of `buf` has signalled, bookkeeping ones included: what an exporter
+/// waits for before it revokes, moves or frees the memory.
+fn all_fences_signalled(buf: &DmaBuf) -> bool {
+    // SAFETY: `buf` is valid while borrowed and so is its `resv`; testing the fences needs no
+    // lock (it walks them under RCU).
+    unsafe {
+        bindings::dma_resv_test_signaled(
+            (*buf.as_raw()).resv,
+            bindings::dma_resv_usage_DMA_RESV_USAGE_BOOKKEEP,
+        )
+    }
+}
+
 /// An importer that counts its invalidations and unmaps in each.
 struct Counting {
     invalidations: AtomicUsize,
@@ -219,33 +231,6 @@ impl Importer for Counting {
     fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
         self.invalidations.fetch_add(1, Ordering::Relaxed);
         attach.unmap();
-    }
-}
-
-/// An importer whose DMA outlives the callback: it fences it off and unmaps.
-struct Fencing {
-    fence: ARef<Fence>,
-    added: AtomicUsize,
-}
-
-impl Importer for Fencing {
-    fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>) {
-        if attach.add_fence(&self.fence, ResvUsage::Bookkeep).is_ok() {
-            self.added.fetch_add(1, Ordering::Relaxed);
-        }
-        attach.unmap();
-    }
-}
-
-/// Whether every fence of `buf` has signalled, bookkeeping ones included.
-fn all_fences_signalled(buf: &DmaBuf) -> bool {
-    // SAFETY: `buf` is valid while borrowed and so is its `resv`; testing the fences needs no
-    // lock (it walks them under RCU).
-    unsafe {
-        bindings::dma_resv_test_signaled(
-            (*buf.as_raw()).resv,
-            bindings::dma_resv_usage_DMA_RESV_USAGE_BOOKKEEP,
-        )
     }
 }
 
@@ -397,30 +382,39 @@ mod tests {
         Ok(())
     }
 
-    /// A revocation with the importer's DMA still in flight: its callback fences it off (a
-    /// bookkeeping fence, which the exporter waits for before it reuses the memory, and which
-    /// implicit synchronisation ignores) and returns; the fence retires when signalled.
+    /// A pinned importer (fgds's pattern): a revocation is told through the callback, which
+    /// unmaps and returns, and the pin stays with the attachment until it is dropped, so the
+    /// exporter cannot move the memory under DMA the importer has not drained yet. No fence is
+    /// left in the reservation object for the exporter to wait on.
     #[test]
-    fn revocation_fenced_by_importer() -> Result {
+    fn revocation_of_pinned_keeps_pin_until_drop() -> Result {
         let exp = Exporter::get()?;
-        let importer = Arc::new(
-            Fencing {
-                fence: Fence::new(GFP_KERNEL)?,
-                added: AtomicUsize::new(0),
-            },
-            GFP_KERNEL,
+        let buf = exp.export(52 * SZ_1M, 2 * SZ_1M, DYNAMIC | SG_PROVIDER | PHYS, 0)?;
+        let importer = Counting::new()?;
+        let attach = DynamicAttachment::new(
+            &buf,
+            exp.device(),
+            importer.clone(),
+            DataDirection::Bidirectional,
         )?;
-        let (buf, attach) = dynamic_mapped(&exp, importer.clone())?;
-        check!(all_fences_signalled(&buf));
+        {
+            let mut locked = attach.lock();
+            locked.pin()?;
+            locked.map()?;
+        }
+        check!(state(&buf)? == (1, 1, 1));
         invalidate(&buf, true)?;
-        check!(importer.added.load(Ordering::Relaxed) == 1);
-        check!(!attach.lock().is_mapped());
-        // The exporter would wait for it now; readers and writers do not.
-        check!(!all_fences_signalled(&buf));
-        check!(kernel_fences_signalled(&buf));
-        attach.lock().wait_fences(ResvUsage::Read)?;
-        importer.fence.signal();
+        check!(importer.invalidations() == 1);
+        {
+            let locked = attach.lock();
+            check!(!locked.is_mapped());
+            check!(locked.is_pinned());
+            check!(locked.map().err() == Some(ENODEV));
+        }
+        check!(state(&buf)? == (1, 0, 1));
         check!(all_fences_signalled(&buf));
+        drop(attach);
+        check!(state(&buf)? == (0, 0, 0));
         Ok(())
     }
 

@@ -10,10 +10,11 @@
 //! lock ([`DynamicAttachment::lock`], [`Locked::map`]), after pinning it ([`Locked::pin`]) when
 //! it must not move. The exporter may invalidate the mapping at any time (it moves an unpinned
 //! buffer or revokes the memory): [`Importer::invalidate_mappings`] is then called with
-//! the reservation lock held, and must stop every access to the memory before it returns, or
-//! fence off what it cannot stop at once ([`Invalidation::add_fence`] with a [`Fence`] it signals
-//! when that access has ended); it may unmap the attachment through the [`Invalidation`] it is
-//! given, which cannot map it again.
+//! the reservation lock held, and must stop using the mapping before it returns, in bounded
+//! time; it may unmap the attachment through the [`Invalidation`] it is given, which cannot map
+//! it again. An importer whose DMA it cannot stop in bounded time pins the buffer for as long as
+//! that DMA may run, as RDMA does for what it cannot follow (`ib_umem_dmabuf_get_pinned()`), so
+//! that an invalidation can only be a revocation; it never makes the exporter wait for it.
 
 use crate::{
     bindings,
@@ -23,7 +24,6 @@ use crate::{
         from_err_ptr,
         to_result, //
     },
-    ffi::c_char,
     prelude::*,
     scatterlist::SGTable,
     sync::aref::{
@@ -106,16 +106,17 @@ pub trait Importer: Send + Sync + Sized {
     /// Called by the exporter, with the reservation lock held, when the memory is about to move
     /// or be revoked.
     ///
-    /// When this returns, the importer must have stopped every access to the memory (or fenced
-    /// it in the reservation object). Unmapping through `attach` tells the exporter that the
-    /// mapping is no longer used.
+    /// When this returns, the importer must have stopped using the mapping, without waiting for
+    /// anything whose end it does not control. Unmapping through `attach` tells the exporter
+    /// that the mapping is no longer used.
     ///
     /// The reservation lock is held by the exporter, so this is never called while the
     /// importer holds a [`Guard`] of the same buffer, except from within an exporter operation
     /// the importer calls under its guard: [`Locked::map`] and [`Locked::pin`] are the only such
     /// operations (an exporter may move the buffer while it maps or pins it), and no reference
-    /// into the attachment's state is held across those calls. `attach` can only unmap (and
-    /// unpin): mapping again while the exporter moves the memory is not allowed.
+    /// into the attachment's state is held across those calls. `attach` can only unmap: mapping
+    /// again while the exporter moves the memory is not allowed, and a pin is given back with
+    /// the attachment, not here.
     fn invalidate_mappings(&self, attach: &mut Invalidation<'_, Self>);
 }
 
@@ -174,7 +175,8 @@ impl<T: Importer> DynamicAttachment<T> {
                 pinned: UnsafeCell::new(false),
                 dir,
             },
-            GFP_KERNEL,
+            // Made for the caller (a user's registration, say): charged to its memory cgroup.
+            GFP_KERNEL_ACCOUNT,
         )?;
         let priv_: *const Inner<T> = &*inner;
         // `buf` and `dev` are valid; `Self::OPS` is static; `priv_` stays valid until the
@@ -272,123 +274,6 @@ pub enum ResvUsage {
     Write = bindings::dma_resv_usage_DMA_RESV_USAGE_WRITE,
     /// Implicitly synchronised readers (and writers): what a writer waits for.
     Read = bindings::dma_resv_usage_DMA_RESV_USAGE_READ,
-    /// Bookkeeping: no implicit synchronisation waits for it, but the exporter does before it
-    /// moves or frees the memory (a revoked importer's DMA still in flight, [`Fence`]).
-    Bookkeep = bindings::dma_resv_usage_DMA_RESV_USAGE_BOOKKEEP,
-}
-
-/// A software fence: a `struct dma_fence` that its creator signals itself, with no hardware
-/// queue behind it. An importer puts one in a buffer's reservation object
-/// ([`Invalidation::add_fence`]) for DMA it cannot stop at once, and signals it when that DMA
-/// has completed; the exporter waits for it before it reuses the memory.
-///
-/// Each fence has a context of its own. A fence nobody signals makes everyone who waits for it
-/// wait forever: signal every fence that was added to a reservation object.
-///
-/// # Invariants
-///
-/// The inner `struct dma_fence` was initialised by [`Fence::new`] in a `kmalloc()` allocation of
-/// its own, with `Fence::OPS` (no `release` or `wait`, so the core frees it with `kfree_rcu()`
-/// and forgets the ops once it is signalled) and its inline lock, and is valid while a reference
-/// to it is held ([`ARef<Fence>`] holds one: `dma_fence_get()`/`dma_fence_put()`).
-#[repr(transparent)]
-pub struct Fence(Opaque<bindings::dma_fence>);
-
-// SAFETY: A fence may be used, signalled and released from any context.
-unsafe impl Send for Fence {}
-// SAFETY: All `&self` methods are safe to call concurrently (the core serialises them with the
-// fence's lock).
-unsafe impl Sync for Fence {}
-
-// SAFETY: `dma_fence_get()` takes a reference, `dma_fence_put()` drops one and frees the fence
-// with the last.
-unsafe impl AlwaysRefCounted for Fence {
-    fn inc_ref(&self) {
-        // SAFETY: By the type invariant the fence is valid, and the caller holds a reference.
-        unsafe { bindings::dma_fence_get(self.as_raw()) };
-    }
-
-    unsafe fn dec_ref(obj: NonNull<Self>) {
-        // SAFETY: The caller gives up a reference it owns.
-        unsafe { bindings::dma_fence_put(obj.cast().as_ptr()) };
-    }
-}
-
-impl Fence {
-    /// The operations of every [`Fence`]: names only. They live in the kernel image, never in a
-    /// module, so a fence may outlive the module that made it; and with neither `release` nor
-    /// `wait` the core detaches them at signalling.
-    const OPS: bindings::dma_fence_ops = bindings::dma_fence_ops {
-        get_driver_name: Some(Self::driver_name),
-        get_timeline_name: Some(Self::timeline_name),
-        // SAFETY: All-zero is a valid `dma_fence_ops`: every other operation is optional.
-        ..unsafe { core::mem::zeroed() }
-    };
-
-    /// Makes a fence, not signalled, holding one reference.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use kernel::dma_buf::Fence;
-    ///
-    /// let fence = Fence::new(GFP_KERNEL)?;
-    /// assert!(!fence.is_signaled());
-    /// fence.signal();
-    /// assert!(fence.is_signaled());
-    /// fence.signal();
-    /// assert!(fence.is_signaled());
-    /// # Ok::<(), Error>(())
-    /// ```
-    pub fn new(flags: crate::alloc::Flags) -> Result<ARef<Self>> {
-        let fence = KBox::new(Opaque::<bindings::dma_fence>::zeroed(), flags)?;
-        let ptr = KBox::into_raw(fence).cast::<bindings::dma_fence>();
-        // SAFETY: `dma_fence_context_alloc()` has no precondition.
-        let context = unsafe { bindings::dma_fence_context_alloc(1) };
-        // `ptr` is a zeroed `kmalloc()` allocation of a `struct dma_fence`, which the core frees
-        // with `kfree_rcu()` when its last reference goes (`OPS` has no `release`); `OPS` is
-        // static; a null lock asks for the fence's inline lock.
-        // SAFETY: See the comment above.
-        unsafe { bindings::dma_fence_init(ptr, &Self::OPS, core::ptr::null_mut(), context, 1) };
-        // INVARIANT: initialised as the invariant says, with one reference, now the `ARef`'s.
-        // SAFETY: `ptr` is non-null and valid, and `Fence` is `repr(transparent)`.
-        Ok(unsafe { ARef::from_raw(NonNull::new_unchecked(ptr.cast())) })
-    }
-
-    /// Returns the raw pointer to the `struct dma_fence`.
-    pub fn as_raw(&self) -> *mut bindings::dma_fence {
-        self.0.get()
-    }
-
-    /// Signals the fence, if not signalled yet: wakes every waiter. From any context.
-    pub fn signal(&self) {
-        // SAFETY: The fence is valid (type invariant); signalling twice is a no-op.
-        unsafe { bindings::dma_fence_signal(self.as_raw()) };
-    }
-
-    /// Whether the fence is signalled.
-    pub fn is_signaled(&self) -> bool {
-        // SAFETY: The fence is valid (type invariant).
-        unsafe { bindings::dma_fence_is_signaled(self.as_raw()) }
-    }
-
-    /// `get_driver_name`: the core calls it only on a fence not yet signalled.
-    ///
-    /// # Safety
-    ///
-    /// Any pointer: it is not used, and the name returned is static.
-    unsafe extern "C" fn driver_name(_fence: *mut bindings::dma_fence) -> *const c_char {
-        c"rust".as_char_ptr()
-    }
-
-    /// `get_timeline_name`: the core calls it only on a fence not yet signalled.
-    ///
-    /// # Safety
-    ///
-    /// Any pointer: it is not used, and the name returned is static.
-    unsafe extern "C" fn timeline_name(_fence: *mut bindings::dma_fence) -> *const c_char {
-        c"dma-buf-importer".as_char_ptr()
-    }
 }
 
 /// A [`DynamicAttachment`] whose buffer's reservation lock is held.
@@ -554,26 +439,6 @@ impl<T: Importer> Locked<'_, T> {
         Ok(())
     }
 
-    /// Adds `fence` to the buffer's reservation object for `usage`: the exporter waits for it
-    /// (with [`ResvUsage::Bookkeep`]: only before it moves or frees the memory). Takes its own
-    /// reference to the fence. Fails with `ENOMEM` when the reservation object has no room for
-    /// it and none can be allocated.
-    pub fn add_fence(&mut self, fence: &Fence, usage: ResvUsage) -> Result {
-        // The attachment is valid and so is its buffer's `resv`, whose lock is held (type
-        // invariant), as reserving and adding need.
-        // SAFETY: See the comment above.
-        let resv = unsafe { (*(*self.attach.as_ptr()).dmabuf).resv };
-        // SAFETY: As above.
-        to_result(unsafe { bindings::dma_resv_reserve_fences(resv, 1) })?;
-        // A slot is reserved and the lock still held; `fence` is valid (type invariant of
-        // `Fence`), and the reservation object takes its own reference.
-        // SAFETY: See the comment above.
-        unsafe {
-            bindings::dma_resv_add_fence(resv, fence.as_raw(), usage as bindings::dma_resv_usage)
-        };
-        Ok(())
-    }
-
     /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
     ///
     /// Takes `&mut self`, so no table returned by [`Locked::map`] is still borrowed.
@@ -635,20 +500,6 @@ impl<T: Importer> Invalidation<'_, T> {
     /// Unmaps the attachment if it is mapped: tells the exporter the importer no longer uses it.
     pub fn unmap(&mut self) {
         self.locked.unmap();
-    }
-
-    /// Unpins the buffer if the attachment pinned it ([`Locked::pin`]): an importer that takes
-    /// the invalidation of a pinned buffer as a revocation lets the exporter move it again.
-    pub fn unpin(&mut self) {
-        self.locked.unpin();
-    }
-
-    /// Fences off DMA that is still in flight: adds `fence` to the reservation object as
-    /// [`Locked::add_fence`] does, so that the importer can return at once and signal the fence
-    /// when the DMA has completed. The exporter waits for it before it reuses the memory (the
-    /// dma-buf rules: until the importer's fences retire, it may still access the memory).
-    pub fn add_fence(&mut self, fence: &Fence, usage: ResvUsage) -> Result {
-        self.locked.add_fence(fence, usage)
     }
 }
 
