@@ -235,14 +235,14 @@ fn io(op: impl Into<String>) -> impl FnOnce(std::io::Error) -> fgds::Error {
 
 /// Prints on stderr what the program's processes that loaded fgds's
 /// libcufile did (each appends a line to `report` as it exits,
-/// [`fgds::stats::write_run_report`]): bytes peer to peer and bounced,
+/// [`fgds::report::write_run_report`]): bytes peer to peer and bounced,
 /// and every fallback to the bounce path by cause, with what to do.
 /// Nothing when no process reported (the program never loaded it).
 fn summarize(report: &Path) {
     let Ok(text) = std::fs::read_to_string(report) else {
         return;
     };
-    if let Some(s) = fgds::stats::RunReport::parse(&text).summary() {
+    if let Some(s) = fgds::report::RunReport::parse(&text).summary() {
         eprintln!("{s}");
     }
 }
@@ -291,7 +291,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, fgds::Error> {
         c.env("FGDS_STRICT", "1");
     }
     let report = dir.0.join("report");
-    c.env(fgds::stats::RUN_REPORT_VAR, &report);
+    c.env(fgds::report::RUN_REPORT_VAR, &report);
     let st = c.status().map_err(io(format!(
         "running {}",
         OsStr::new(prog).to_string_lossy()

@@ -724,7 +724,7 @@ fn fallbacks(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// to its report (the package calls it at exit).
 #[pyfunction]
 fn _write_run_report() {
-    fgds::stats::write_run_report("python");
+    fgds::report::write_run_report("python");
 }
 
 /// `parse_size(value: str) -> int | None`: a size as every `FGDS_*`

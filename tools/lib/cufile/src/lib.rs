@@ -61,15 +61,15 @@ fn settings_with(staged: &params::Staged) -> Result<Settings, (CUfileOpError, St
     Ok(s)
 }
 
-/// Under `fgds run` ([`fgds::stats::RUN_REPORT_VAR`] set): appends what
+/// Under `fgds run` ([`fgds::report::RUN_REPORT_VAR`] set): appends what
 /// this process did to `fgds run`'s report when it exits, for the summary
 /// `fgds run` prints (bytes peer to peer and bounced, every fallback by
 /// cause).
 fn report_at_exit() {
     extern "C" fn at_exit() {
-        fgds::stats::write_run_report("libcufile");
+        fgds::report::write_run_report("libcufile");
     }
-    if std::env::var_os(fgds::stats::RUN_REPORT_VAR).is_some() {
+    if std::env::var_os(fgds::report::RUN_REPORT_VAR).is_some() {
         // SAFETY: at_exit is a plain function of this library; glibc runs
         // it at exit, or when this library is unloaded.
         unsafe {

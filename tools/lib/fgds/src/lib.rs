@@ -15,6 +15,7 @@ pub mod file;
 pub mod gpu;
 pub mod gpucache;
 mod pool;
+pub mod report;
 pub mod stats;
 pub mod stream;
 pub mod sys;
