@@ -161,12 +161,16 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 			awk -v f="${1%%::*}" '{ p = $1; sub(/.*\//, "", p); $1 = ""; sub(/^ /, "") }
 				p == f { r[$0] = 1 } END { for (k in r) { n++; s = k } if (n == 1) print s }'
 	}
-	while read -r name res; do
+	# pytest -v says why on the test's own line ("... SKIPPED (needs a
+	# CUDA GPU)  [ 50%]"); the -ra summary is the fallback.
+	while read -r name res rest; do
 		case $res in
 		PASSED) ok "python: $name" ;;
 		SKIPPED)
 			n=$((n + 1))
-			reason=$(skip_reason "$name")
+			reason=$(printf '%s\n' "$rest" |
+				sed -n 's/^ *(\(.*\)) *\(\[ *[0-9]*%\]\)\{0,1\} *$/\1/p')
+			[ -n "$reason" ] || reason=$(skip_reason "$name")
 			echo "ok $n python: $name # SKIP${reason:+ $reason}"
 			;;
 		*)
@@ -182,7 +186,7 @@ if [ -x "$FGDS_TOP/tools/python/run-tests.sh" ] && [ "${FGDS_SKIP_PYTHON:-0}" !=
 				"$tmp/pytest.log"
 			;;
 		esac
-	done < <(sed -n 's/^\([^ ]*\.py[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\).*/\1 \2/p' "$tmp/pytest.log")
+	done < <(sed -n 's/^\([^ ]*\.py[^ ]*\) \(PASSED\|FAILED\|ERROR\|SKIPPED\)\(.*\)$/\1 \2\3/p' "$tmp/pytest.log")
 	if [ $rc -ne 0 ] && ! grep -qE ' (FAILED|ERROR)' "$tmp/pytest.log"; then
 		notok "python: build or install failed"; sed 's/^/# /' "$tmp/pytest.log" | tail -n 30
 	fi
