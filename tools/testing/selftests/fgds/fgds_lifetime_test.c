@@ -96,23 +96,31 @@ static int submit_reads(struct io_uring *ring, int raw, unsigned char *p)
 }
 
 /*
- * Reap @n completions into @res (by slot): counts of whole reads and of
- * -EFAULT; -1 on a timeout or any other result.
+ * Reap @n completions into @res (by slot, unless NULL): counts of whole
+ * reads, of -EFAULT and, when @eio is given, of -EIO (reads in flight across
+ * a revocation by memory decoding off whose DMA came while the BAR did not
+ * decode: QEMU's NVMe reports the failed transfer); -1 on a timeout or any
+ * other result.
  */
-static int reap(struct io_uring *ring, int n, int *res, int *ok, int *efault)
+static int reap_eio(struct io_uring *ring, int n, int *res, int *ok, int *efault, int *eio)
 {
 	struct __kernel_timespec ts = { .tv_sec = 120 };
 	struct io_uring_cqe *cqe;
 
 	*ok = *efault = 0;
+	if (eio)
+		*eio = 0;
 	while (n--) {
 		if (io_uring_wait_cqe_timeout(ring, &cqe, &ts))
 			return -1;
-		res[cqe->user_data % NR_IOS] = cqe->res;
+		if (res)
+			res[cqe->user_data % NR_IOS] = cqe->res;
 		if (cqe->res == (int)IO_LEN)
 			(*ok)++;
 		else if (cqe->res == -EFAULT)
 			(*efault)++;
+		else if (cqe->res == -EIO && eio)
+			(*eio)++;
 		else
 			return -1;
 		io_uring_cqe_seen(ring, cqe);
@@ -120,31 +128,9 @@ static int reap(struct io_uring *ring, int n, int *res, int *ok, int *efault)
 	return 0;
 }
 
-/*
- * As reap(), for reads in flight across a revocation by memory decoding off:
- * those whose DMA came while the BAR did not decode end with -EIO (QEMU's
- * NVMe reports the failed transfer), counted in @eio.
- */
-static int reap_revoked(struct io_uring *ring, int n, int *ok, int *efault, int *eio)
+static int reap(struct io_uring *ring, int n, int *res, int *ok, int *efault)
 {
-	struct __kernel_timespec ts = { .tv_sec = 120 };
-	struct io_uring_cqe *cqe;
-
-	*ok = *efault = *eio = 0;
-	while (n--) {
-		if (io_uring_wait_cqe_timeout(ring, &cqe, &ts))
-			return -1;
-		if (cqe->res == (int)IO_LEN)
-			(*ok)++;
-		else if (cqe->res == -EFAULT)
-			(*efault)++;
-		else if (cqe->res == -EIO)
-			(*eio)++;
-		else
-			return -1;
-		io_uring_cqe_seen(ring, cqe);
-	}
-	return 0;
+	return reap_eio(ring, n, res, ok, efault, NULL);
 }
 
 static int host_at(const char *op, __u64 seed, __u64 bar_off, __u64 len, __u64 pos)
@@ -829,7 +815,7 @@ TEST_F_TIMEOUT(lt, revoke_with_io_in_flight, 1800)
 		ASSERT_EQ(0, fgds_unreg(self->node, b.cookie));
 		b.cookie = 0;
 		ASSERT_EQ(0, host("fill", fresh, BAR_BASE, BUF_LEN));
-		ASSERT_EQ(0, reap_revoked(&ring, NR_IOS, &ok, &efault, &io_err))
+		ASSERT_EQ(0, reap_eio(&ring, NR_IOS, NULL, &ok, &efault, &io_err))
 			TH_LOG("round %d: a read ended other than whole, EFAULT or EIO", round);
 		io_uring_queue_exit(&ring);
 		EXPECT_EQ(0, host("check", fresh, BAR_BASE, BUF_LEN))
