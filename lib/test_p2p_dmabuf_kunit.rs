@@ -573,14 +573,9 @@ mod tests {
         check!(pages.len() as u64 == (2 * align) >> bindings::PAGE_SHIFT);
         check!(!pages.is_empty());
         check!(pages.phys_start() == bar_start + off);
-        // Another range over the same pages is refused, and so is one over the owner's.
-        // SAFETY: As above; and these fail before any page is made.
-        unsafe {
-            check!(P2pPages::<Freed>::new(offer, off + align, align).err() == Some(EEXIST));
-            if let Some(owner_off) = exp.owner_pages() {
-                check!(P2pPages::<Freed>::new(offer, owner_off, align).err() == Some(EEXIST));
-            }
-        }
+        // Another range over the same pages is refused.
+        // SAFETY: As above; and this fails before any page is made.
+        check!(unsafe { P2pPages::<Freed>::new(offer, off + align, align) }.err() == Some(EEXIST));
 
         let page = pages.activate(5, owner.clone())?;
         let raw = page.page().as_ptr();
@@ -613,6 +608,58 @@ mod tests {
         drop(pages);
         // SAFETY: As above.
         drop(unsafe { P2pPages::<Freed>::new(offer, off, 2 * align) }?);
+        Ok(())
+    }
+
+    /// Where the BAR's owner made pages (nvidia-uvm's over BAR1), a range is those pages, taken
+    /// out of the owner's pool while held: once at a time, handed out, freed, given back.
+    #[test]
+    fn owner_pages_claimed() -> Result {
+        let exp = Exporter::get()?;
+        // The selftest loads the exporter with owner_pages_mib set.
+        let owner_off = exp.owner_pages().ok_or(ENODEV)?;
+        let offer = exp.offer()?;
+        let bar_start = exp.pci()?.resource_start(BAR)?;
+        let align = P2pPages::<Freed>::ALIGN;
+        let owner = Arc::new(
+            Freed {
+                count: AtomicUsize::new(0),
+                last: AtomicUsize::new(usize::MAX),
+            },
+            GFP_KERNEL,
+        )?;
+
+        // SAFETY: As in `p2p_pages_lifecycle`: `exp` outlives `claim` and the failed attempts.
+        let claim = unsafe { P2pPages::<Freed>::new(offer, owner_off, 2 * align) }?;
+        check!(claim.phys_start() == bar_start + owner_off);
+        // SAFETY: As above.
+        unsafe {
+            // Out of the pool: no second range gets the same pages.
+            check!(P2pPages::<Freed>::new(offer, owner_off + align, align).err() == Some(EBUSY));
+            // Half the owner's pages, half none: refused.
+            check!(
+                P2pPages::<Freed>::new(offer, owner_off - align, 2 * align).err() == Some(EEXIST)
+            );
+        }
+        let page = claim.activate(7, owner.clone())?;
+        let raw = page.page().as_ptr();
+        // SAFETY: `raw` is a page we hold a reference to.
+        let pfn = unsafe { bindings::page_to_pfn(raw) };
+        check!(
+            (pfn as u64) << bindings::PAGE_SHIFT
+                == bar_start + owner_off + (7 << bindings::PAGE_SHIFT)
+        );
+        check!(claim.activate(7, owner.clone()).err() == Some(EBUSY));
+        drop(page);
+        check!(owner.count.load(Ordering::Relaxed) == 1);
+        check!(owner.last.load(Ordering::Relaxed) == 7);
+        drop(claim.activate(7, owner.clone())?);
+        check!(owner.count.load(Ordering::Relaxed) == 2);
+
+        // Given back to the pool: the same range can be claimed again.
+        drop(claim);
+        // SAFETY: As above.
+        drop(unsafe { P2pPages::<Freed>::new(offer, owner_off, 2 * align) }?);
         Ok(())
     }
 }

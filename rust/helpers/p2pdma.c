@@ -1,12 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
 #include <linux/mm.h>
-#include <linux/memremap.h>
-
-__rust_helper struct dev_pagemap *rust_helper_page_pgmap(const struct page *page)
-{
-	return page_pgmap(page);
-}
 
 __rust_helper unsigned long rust_helper_page_to_pfn(const struct page *page)
 {

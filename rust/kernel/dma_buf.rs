@@ -319,14 +319,17 @@ impl<T: Importer> Locked<'_, T> {
 
     /// The memory behind the mapped attachment, as the exporter describes it: physical ranges of
     /// PCI MMIO, in buffer order, and the P2PDMA provider they belong to (`dma_buf_get_phys()`).
+    /// An exporter that does not describe its memory, but whose device's owner made P2PDMA
+    /// pages of it (the NVIDIA open module), is answered for by the dma-buf core from the
+    /// mapping (`dma_buf_phys_of_mapping()`), only where the answer names the owner's pages.
     ///
     /// Fails with `EINVAL` when the attachment is not mapped ([`Locked::map`] first),
-    /// `EOPNOTSUPP` when the exporter does not describe its memory this way (or the attachment is
-    /// not peer-to-peer) and `ENODEV` when the buffer was revoked or its exporter's binding is
-    /// gone. Borrowed mutably from `self`: the exporter keeps the ranges valid, and in place,
-    /// until it invalidates the mapping (which it does with the lock held, so not during the
-    /// borrow), the attachment is unmapped (which needs `&mut self`), or it is asked again (an
-    /// exporter may replace the array it gave), which the exclusive borrow rules out.
+    /// `EOPNOTSUPP` when neither can say (or the attachment is not peer-to-peer), `ENOMEM`, and
+    /// `ENODEV` when the buffer was revoked or its exporter's binding is gone. Borrowed mutably
+    /// from `self`: the exporter keeps the ranges valid, and in place, until it invalidates the
+    /// mapping (which it does with the lock held, so not during the borrow), the attachment is
+    /// unmapped (which needs `&mut self`), or it is asked again (an exporter may replace the
+    /// array it gave), which the exclusive borrow rules out.
     pub fn phys_ranges(&mut self) -> Result<PhysRanges<'_>> {
         if !self.is_mapped() {
             return Err(EINVAL);
@@ -337,9 +340,13 @@ impl<T: Importer> Locked<'_, T> {
         // `attach` is valid, mapped, and its reservation lock is held (type invariant); the
         // out-pointers point to locals.
         // SAFETY: See the comment above.
-        to_result(unsafe {
+        let ret = to_result(unsafe {
             bindings::dma_buf_get_phys(self.attach.as_ptr(), &mut provider, &mut phys, &mut nr)
-        })?;
+        });
+        if ret == Err(EOPNOTSUPP) {
+            return self.phys_of_mapping();
+        }
+        ret?;
         if provider.is_null() || (nr != 0 && phys.is_null()) {
             return Err(EINVAL);
         }
@@ -358,6 +365,37 @@ impl<T: Importer> Locked<'_, T> {
         Ok(PhysRanges {
             provider: provider.cast_const(),
             ranges,
+            owned: None,
+        })
+    }
+
+    /// The dma-buf core's answer for an exporter without `get_phys()`: `dma_buf_phys_of_mapping()`.
+    fn phys_of_mapping(&mut self) -> Result<PhysRanges<'_>> {
+        let mut provider: *mut bindings::p2pdma_provider = core::ptr::null_mut();
+        let mut phys: *mut bindings::phys_vec = core::ptr::null_mut();
+        let mut nr: usize = 0;
+        // `attach` is valid and its reservation lock is held (type invariant); it is mapped
+        // (checked by the caller) by `*sgt`, a live mapping of it; the out-pointers point to
+        // locals.
+        // SAFETY: See the comment above.
+        to_result(unsafe {
+            bindings::dma_buf_phys_of_mapping(
+                self.attach.as_ptr(),
+                *self.inner.sgt.get(),
+                &mut provider,
+                &mut phys,
+                &mut nr,
+            )
+        })?;
+        let owned = NonNull::new(phys).ok_or(EINVAL)?;
+        // On success `phys` is an array of `nr` ranges that we own until we `kvfree()` it, which
+        // the returned value does when dropped.
+        // SAFETY: See the comment above.
+        let ranges = unsafe { core::slice::from_raw_parts(phys.cast_const(), nr) };
+        Ok(PhysRanges {
+            provider: provider.cast_const(),
+            ranges,
+            owned: Some(owned),
         })
     }
 
@@ -462,9 +500,25 @@ impl<T: Importer> Locked<'_, T> {
 
 /// The memory behind a mapped attachment: physical ranges of one BAR's PCI MMIO
 /// ([`Locked::phys_ranges`]).
+///
+/// # Invariants
+///
+/// `owned`, if set, is the start of `ranges`, an array `dma_buf_phys_of_mapping()` allocated
+/// that nothing else refers to.
 pub struct PhysRanges<'a> {
     provider: *const bindings::p2pdma_provider,
     ranges: &'a [bindings::phys_vec],
+    owned: Option<NonNull<bindings::phys_vec>>,
+}
+
+impl Drop for PhysRanges<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.owned {
+            // The array is ours alone (type invariant), and `ranges` goes with `self`.
+            // SAFETY: As just said.
+            unsafe { bindings::kvfree(p.as_ptr().cast()) };
+        }
+    }
 }
 
 impl PhysRanges<'_> {

@@ -6,8 +6,9 @@
 //! vfio-pci, for a device given to user space) offers a BAR with `pcim_p2pdma_offer()` at its
 //! probe; that creates an auxiliary device, and fgds is its auxiliary driver. A GPU buffer
 //! exported as a dma-buf is registered on the node (`FGDS_IOCTL_REG_BUFFER`); its BAR pages become
-//! PCI P2PDMA pages with the BAR's real provider, mapped (uncached, as the kernel maps them) into
-//! user space with `mmap()` at the returned cookie. The mapping is then a buffer for O_DIRECT
+//! PCI P2PDMA pages with the BAR's real provider (the owner's own where it made them, as
+//! nvidia-uvm does over a static BAR1), mapped (uncached, as the kernel maps them) into user
+//! space with `mmap()` at the returned cookie. The mapping is then a buffer for O_DIRECT
 //! and io_uring I/O: the block layer's own P2P rules decide which queues may DMA to it. See
 //! `Documentation/misc-devices/fgds.rst`.
 //!
@@ -526,10 +527,12 @@ impl VmOperations for Buffer {
 
 /// The BAR extents of `[offset, offset + size)` of a mapped dma-buf: `(bar, offset, length)`.
 ///
-/// Found from the physical ranges the exporter describes the memory by, never from the DMA
-/// addresses of its mapping: with an IOMMU those are IOVAs, and bus and CPU addresses differ on
-/// many platforms. Memory of another BAR, another device or an earlier binding of this node's
-/// device (another P2PDMA provider than the offered BAR's) is `EXDEV`.
+/// Found from the physical ranges the exporter describes the memory by, or, for an exporter that
+/// does not (NVIDIA's), the dma-buf core's reading of its mapping, trusted only where it names
+/// pages the BAR's owner made; fgds itself never reads the mapping's DMA addresses (with an
+/// IOMMU they are IOVAs, and bus and CPU addresses differ on many platforms). Memory of another
+/// BAR, another device or an earlier binding of this node's device (another P2PDMA provider than
+/// the offered BAR's) is `EXDEV`.
 fn extents(
     gpu: &Gpu,
     phys: &PhysRanges<'_>,
@@ -629,9 +632,10 @@ fn new_chunk(
 
 impl Buffer {
     /// Takes the pages of `extents`: each is handed out to this registration with its base
-    /// reference. Fails with `EBUSY` when a page belongs to another registration, `ENODEV` when
-    /// the exporter revoked the buffer meanwhile, `EEXIST` when the BAR range already has struct
-    /// pages of its owner's. `node` is the caller's guard of the node's registration.
+    /// reference. Fails with `EBUSY` when a page belongs to another registration (or, of the
+    /// owner's pages, to another user of its pool), `ENODEV` when the exporter revoked the
+    /// buffer meanwhile, `EEXIST` when part of a chunk's range has the owner's struct pages and
+    /// part none. `node` is the caller's guard of the node's registration.
     fn claim(&self, node: &RegistrationGuard<'_, FgdsFile>, extents: &[(u32, u64, u64)]) -> Result {
         let npages = (self.size / PAGE_SIZE as u64) as usize;
         // [`Buffer::state`] is not held while struct pages are made: mmap() and faults take it
@@ -881,9 +885,9 @@ impl FgdsFile {
             // does every implicitly synchronised job on it: storage both writes the registration
             // (reads of files) and reads it (writes), so its readers and writers too.
             locked.wait_fences(ResvUsage::Read)?;
-            // `EOPNOTSUPP`: the exporter does not describe its memory as PCI MMIO (system
-            // memory, as where xe pins, or a driver without `get_phys()`); `ENODEV`: revoked
-            // meanwhile.
+            // `EOPNOTSUPP`: neither the exporter nor the dma-buf core describes the memory as
+            // PCI MMIO (system memory, as where xe pins; a driver without `get_phys()` over
+            // memory its owner made no P2PDMA pages of); `ENODEV`: revoked meanwhile.
             let phys = locked.phys_ranges()?;
             extents(&self.gpu, &phys, r.offset, r.size)?
         };

@@ -10,9 +10,11 @@
 //! auxiliary driver ([`OfferedBar::AUXILIARY_NAME`]) and sees it as an [`OfferedBar`].
 //!
 //! [`P2pPages`] gives a range of an offered BAR `struct page`s of type `MEMORY_DEVICE_PCI_P2PDMA`
-//! with the BAR's real P2PDMA provider. The block layer then applies its own P2P rules to them:
-//! they can be the buffer of an O_DIRECT request only for a queue that can do P2P DMA to that
-//! BAR.
+//! with the BAR's real P2PDMA provider: the pages the BAR's owner made where it made them
+//! (`pci_p2pdma_add_resource()`, as nvidia-uvm does over a static BAR1), taken out of its pool
+//! for as long as the range is held, or new ones. The block layer then applies its own P2P
+//! rules to them: they can be the buffer of an O_DIRECT request only for a queue that can do
+//! P2P DMA to that BAR.
 //!
 //! Every page starts free. [`P2pPages::activate`] hands a free page out as a [`P2pPage`], which
 //! owns the page's first reference, and records who the page is for (a [`PageOwner`]). Mappings
@@ -24,7 +26,10 @@
 use crate::{
     auxiliary, bindings, container_of,
     error::from_err_ptr,
-    ffi::c_ulong,
+    ffi::{
+        c_ulong,
+        c_void, //
+    },
     page::BorrowedPage,
     pci,
     prelude::*,
@@ -174,42 +179,40 @@ pub trait PageOwner: Send + Sync {
 ///
 /// # Invariants
 ///
-/// - `pgmap` was returned by `pci_p2pdma_memremap()` for `pdev`'s offered BAR, covers
-///   `owners.len()` pages
-///   from `first_pfn`, has `owner` pointing to the first element of `owners`, and is unmapped
-///   only in [`Drop`]. `owners` is never resized.
+/// - `pages` was returned by `pci_p2pdma_memremap()` for `pdev`'s offered BAR, covers
+///   `owners.len()` pages, was given [`P2pPages::page_free`] with the first element of
+///   `owners` as its owner, and is given back only in [`Drop`]. `owners` is never resized.
 /// - `owners[i]` is null while page `i` is free; otherwise it came from [`Arc::into_raw`] of
-///   the owner the page was handed out for, and is taken back exactly once: by the pagemap's
-///   `folio_free` callback when the page is free again, or by [`P2pPages::activate`] when it
+///   the owner the page was handed out for, and is taken back exactly once: by
+///   [`P2pPages::page_free`] when the page is free again, or by [`P2pPages::activate`] when it
 ///   fails to hand the page out.
 pub struct P2pPages<T: PageOwner> {
-    pgmap: NonNull<bindings::dev_pagemap>,
-    first_pfn: usize,
+    pages: NonNull<bindings::pci_p2pdma_pages>,
+    phys_start: u64,
     owners: KVVec<AtomicPtr<T>>,
     _pdev: ARef<pci::Device>,
 }
 
-// SAFETY: The pagemap may be used and removed from any thread; `T` is `Send + Sync`.
+// SAFETY: The pages may be used and given back from any thread; `T` is `Send + Sync`.
 unsafe impl<T: PageOwner> Send for P2pPages<T> {}
 // SAFETY: `&self` methods only read immutable fields or operate on pages and owners atomically.
 unsafe impl<T: PageOwner> Sync for P2pPages<T> {}
 
 impl<T: PageOwner> P2pPages<T> {
-    const OPS: bindings::dev_pagemap_ops = bindings::dev_pagemap_ops {
-        folio_free: Some(Self::folio_free),
-        ..pin_init::zeroed()
-    };
-
     /// Alignment of the offset and size of a range: the memory hotplug subsection.
     pub const ALIGN: u64 = 1 << bindings::SUBSECTION_SHIFT;
 
     /// Creates P2PDMA pages over `[offset, offset + size)` of the offered BAR `bar`.
     ///
+    /// Where the BAR's owner made pages for the whole range, those: out of the owner's pool
+    /// until this is dropped. Where none exist, new ones.
+    ///
     /// `offset` and `size` must be multiples of [`P2pPages::ALIGN`]. Fails with `EINVAL` for a
-    /// range outside the BAR or not aligned, `EEXIST` when part of the range already has struct
-    /// pages (made by the BAR's owner, or by another [`P2pPages`]), `ENOMEM` when the struct
-    /// pages and the owners' array (`size_of::<struct page>() + 8` bytes per page, charged to the
-    /// calling task's memory cgroup) do not fit.
+    /// range outside the BAR or not aligned, `EEXIST` when part of the range has struct pages
+    /// that are not all the owner's (made by another [`P2pPages`], say), `EBUSY` when the
+    /// owner's pages of the range are in use, `ENOMEM` when the struct pages and the owners'
+    /// array (`size_of::<struct page>() + 8` bytes per page, charged to the calling task's
+    /// memory cgroup; the owner's pages cost the array and a bitmap) do not fit.
     ///
     /// # Safety
     ///
@@ -232,26 +235,27 @@ impl<T: PageOwner> P2pPages<T> {
         for _ in 0..nr_pages {
             owners.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
         }
-        // `bar` is a live offer; `Self::OPS` is static; the owner pointer is the heap buffer of
-        // `owners`, which is never resized and is dropped only after the pagemap is removed.
+        // `bar` is a live offer; `page_free` has the signature asked for; the owner pointer is
+        // the heap buffer of `owners`, which is never resized and is dropped only after the
+        // pages are given back.
         // SAFETY: See the comment above.
-        let pgmap = from_err_ptr(unsafe {
+        let pages = from_err_ptr(unsafe {
             bindings::pci_p2pdma_memremap(
                 bar.raw(),
                 offset,
                 size,
-                &Self::OPS,
-                owners.as_ptr().cast_mut().cast(),
+                Some(Self::page_free),
+                owners.as_mut_ptr().cast(),
             )
         })?;
-        // SAFETY: `pgmap` is valid; `range` is set by `pci_p2pdma_memremap()`.
-        let start = unsafe { (*pgmap).__bindgen_anon_1.range.as_ref().start };
-        // INVARIANT: `pgmap` covers `size` bytes from `start`, its owner is `owners`, and every
-        // page is free, with a null owner.
+        // SAFETY: `pages` is valid.
+        let start = unsafe { bindings::pci_p2pdma_pages_start(pages) };
+        // INVARIANT: `pages` covers `size` bytes, its owner is `owners`, and every page is
+        // free, with a null owner.
         Ok(Self {
             // SAFETY: `from_err_ptr` returned a valid, non-null pointer.
-            pgmap: unsafe { NonNull::new_unchecked(pgmap) },
-            first_pfn: (start >> bindings::PAGE_SHIFT) as usize,
+            pages: unsafe { NonNull::new_unchecked(pages) },
+            phys_start: start,
             owners,
             _pdev: ARef::from(bar.pci_dev()),
         })
@@ -268,8 +272,10 @@ impl<T: PageOwner> P2pPages<T> {
     }
 
     /// Physical address of the first byte of the range.
+    // `phys_addr_t` is `u32` on 32-bit kernels without PAE, where the conversion is not useless.
+    #[allow(clippy::useless_conversion)]
     pub fn phys_start(&self) -> u64 {
-        (self.first_pfn as u64) << bindings::PAGE_SHIFT
+        u64::from(self.phys_start)
     }
 
     /// Hands page `index`, which must be free, out for `owner`.
@@ -294,18 +300,18 @@ impl<T: PageOwner> P2pPages<T> {
             drop(unsafe { Arc::from_raw(raw) });
             return Err(EBUSY);
         }
-        // `pgmap` is live (type invariant) and `index` is in its range.
+        // `pages` is live (type invariant) and `index` is in its range.
         // SAFETY: See the comment above.
         let page = from_err_ptr(unsafe {
-            bindings::pci_p2pdma_page_get(self.pgmap.as_ptr(), index as c_ulong)
+            bindings::pci_p2pdma_page_get(self.pages.as_ptr(), index as c_ulong)
         });
         match page {
             // INVARIANT: `pci_p2pdma_page_get()` gave us the page's first reference; until it
-            // is free again the pagemap stays (`pci_p2pdma_memunmap()` waits for it).
+            // is free again the pages stay (`pci_p2pdma_memunmap()` waits for it).
             // SAFETY: `from_err_ptr` returned a valid, non-null pointer.
             Ok(page) => Ok(P2pPage(unsafe { NonNull::new_unchecked(page) })),
             Err(e) => {
-                // The page was not handed out, so `folio_free` cannot take the owner back: the
+                // The page was not handed out, so `page_free` cannot take the owner back: the
                 // slot is still ours (we set it and nobody clears a slot of a page in use).
                 let raw = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
                 // SAFETY: `raw` is the pointer we stored above, taken back exactly once.
@@ -315,24 +321,19 @@ impl<T: PageOwner> P2pPages<T> {
         }
     }
 
-    /// The pagemap's `folio_free` callback: a page's refcount dropped to zero.
+    /// The pages' `page_free` callback: page `index`, handed out, has no reference left.
     ///
     /// # Safety
     ///
-    /// `folio` is a page of a pagemap made by [`P2pPages::new`], whose refcount just dropped to
-    /// zero; `pci_p2pdma_memunmap()` of that pagemap waits for this call to return.
-    unsafe extern "C" fn folio_free(folio: *mut bindings::folio) {
-        // A P2PDMA folio is one page. Its pagemap is live (removal waits for this call) and was
-        // made by `new`, so its `owner` points to the `owners` of a live `P2pPages<T>`, of
-        // which the page's index is an element.
+    /// `owner` is the owner pointer [`P2pPages::new`] gave `pci_p2pdma_memremap()`, whose pages
+    /// are not given back before this call returns (`pci_p2pdma_memunmap()` waits for it), and
+    /// `index` is the index of one of them that was handed out.
+    unsafe extern "C" fn page_free(owner: *mut c_void, index: c_ulong) {
+        let index = index as usize;
+        // `owner` points to the `owners` of a live `P2pPages<T>` (type invariant), of which
+        // `index` is an element.
         // SAFETY: See the comment above.
-        let (index, slot) = unsafe {
-            let page = folio.cast::<bindings::page>();
-            let pgmap = bindings::page_pgmap(page);
-            let first = (*pgmap).__bindgen_anon_1.range.as_ref().start >> bindings::PAGE_SHIFT;
-            let index = bindings::page_to_pfn(page) - first as usize;
-            (index, &*(*pgmap).owner.cast::<AtomicPtr<T>>().add(index))
-        };
+        let slot = unsafe { &*owner.cast::<AtomicPtr<T>>().add(index) };
         let raw = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
         if !raw.is_null() {
             // The page was handed out for this owner (type invariant); its reference is taken
@@ -346,10 +347,11 @@ impl<T: PageOwner> P2pPages<T> {
 
 impl<T: PageOwner> Drop for P2pPages<T> {
     fn drop(&mut self) {
-        // By the type invariant `pgmap` is live and unmapped only here. This waits until every
-        // page handed out is free (`folio_free` returned for it), then removes the pages.
+        // By the type invariant `pages` is live and given back only here. This waits until every
+        // page handed out is free (`page_free` returned for it), then removes the pages or
+        // gives the owner's back to its pool.
         // SAFETY: As just said.
-        unsafe { bindings::pci_p2pdma_memunmap(self.pgmap.as_ptr()) };
+        unsafe { bindings::pci_p2pdma_memunmap(self.pages.as_ptr()) };
         // Every page is free, so every slot is null; `owners` can go.
     }
 }
@@ -361,8 +363,8 @@ impl<T: PageOwner> Drop for P2pPages<T> {
 ///
 /// # Invariants
 ///
-/// The pointer is a page of a pagemap made by `pci_p2pdma_memremap()`, on which we own one
-/// reference; the pagemap is not removed while the page has references.
+/// The pointer is a page of a range of `pci_p2pdma_memremap()`, on which we own one reference;
+/// the range is not given back while the page has references.
 pub struct P2pPage(NonNull<bindings::page>);
 
 // SAFETY: A page reference may be used and dropped from any thread.

@@ -239,7 +239,7 @@ TEST(bind_test_exporter)
  */
 #define KUNIT_MOD "test_p2p_dmabuf_kunit"
 #define KUNIT_SUITE "rust_dma_buf_p2pdma"
-#define KUNIT_CASES 9
+#define KUNIT_CASES 10
 
 TEST(kunit_dma_buf_and_p2p_pages)
 {
@@ -328,20 +328,24 @@ FIXTURE_VARIANT_ADD(ex, virtio_gpu_vram) {
 	.reg_errno = EOPNOTSUPP,
 };
 
-/* nv-dmabuf.c over a static BAR1 that nvidia-uvm gave P2PDMA pages. */
+/*
+ * nv-dmabuf.c over a static BAR1 that nvidia-uvm gave P2PDMA pages: static,
+ * no pin, sg from dma_map_resource(), no get_phys(). The dma-buf core finds
+ * the owner's pages behind the mapping, and fgds uses them.
+ */
 FIXTURE_VARIANT_ADD(ex, nvidia_static_bar1) {
 	.driver = "NVIDIA open module, static BAR1 with nvidia-uvm's P2PDMA pages",
 	.flags = 0,
 	.bar_off = OWNER_BASE,
-	.reg_errno = EOPNOTSUPP,
+	.reg_errno = 0,
 };
 
 /* The same, if nv-dmabuf.c described its memory (get_phys()). */
 FIXTURE_VARIANT_ADD(ex, nvidia_static_bar1_phys) {
-	.driver = "NVIDIA open module + get_phys(): pages already made by the BAR's owner",
+	.driver = "NVIDIA open module + get_phys(): the owner's pages, described",
 	.flags = TEST_P2P_DMABUF_PHYS,
 	.bar_off = OWNER_BASE,
-	.reg_errno = EEXIST,
+	.reg_errno = 0,
 };
 
 /*
@@ -443,6 +447,25 @@ static int ex_buf(struct ex_env *e, __u32 flags, __u64 bar_off, struct fgds_buf 
 
 /* Whether the variant's exporter gives fgds what P2P needs. */
 #define p2p(variant) ((variant)->reg_errno == 0)
+
+/* Bytes of the stand-in's owner-made P2PDMA pages left in its pool. */
+static long long pool_available(void)
+{
+	char path[128], buf[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/p2pmem/available", bdf2());
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = 0;
+	return strtoll(buf, NULL, 0);
+}
 
 /* REG_BUFFER's answer is the documented one, silently; the exporter's view. */
 TEST_F(ex, registration_outcome)
@@ -768,6 +791,82 @@ TEST_F_TIMEOUT(ex, teardown_with_io_in_flight, 1800)
 		}
 	}
 	EXPECT_EQ(0, fgds_fdinfo_num(self->e.node, "fgds-gpu-pages"));
+}
+
+#define OWNER_ROUNDS 100
+
+/*
+ * Where the BAR's owner made the pages (nvidia-uvm over BAR1), a
+ * registration uses them, out of the owner's pool while it lasts:
+ * OWNER_ROUNDS rounds of REG, a read from the NVMe checked byte for byte
+ * from the host, UNREG, at offsets all over the owner's range; each round
+ * the pool is short of exactly the registration, and whole again after it.
+ */
+FIXTURE(owner) {
+	struct ex_env e;
+	int raw;
+};
+
+FIXTURE_VARIANT(owner) {
+	const char *driver;	/* the real exporter this reproduces */
+	__u32 flags;
+};
+
+FIXTURE_VARIANT_ADD(owner, nvidia_static_bar1) {
+	.driver = "NVIDIA open module, static BAR1 with nvidia-uvm's P2PDMA pages",
+	.flags = 0,
+};
+
+FIXTURE_VARIANT_ADD(owner, nvidia_static_bar1_phys) {
+	.driver = "NVIDIA open module + get_phys(): the owner's pages, described",
+	.flags = TEST_P2P_DMABUF_PHYS,
+};
+
+FIXTURE_SETUP(owner)
+{
+	const char *why;
+	int ret;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	ret = ex_open(&self->e, &why);
+	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
+	self->raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, self->raw) TH_LOG("FGDS_RAW: %s", strerror(errno));
+	ksft_print_msg("%s\n", variant->driver);
+}
+
+FIXTURE_TEARDOWN(owner)
+{
+	if (self->raw >= 0)
+		close(self->raw);
+	ex_close(&self->e);
+}
+
+TEST_F_TIMEOUT(owner, reg_read_unreg_rounds, 600)
+{
+	long long pool0 = pool_available(), pool;
+	__u64 len = 2 * SZ_1M, off;
+	struct fgds_buf b;
+	int i;
+
+	ASSERT_LE((long long)(OWNER_MIB * SZ_1M), pool0) TH_LOG("pool: %s", strerror(-pool0));
+	for (i = 0; i < OWNER_ROUNDS; i++) {
+		__u64 seed = 0x0a9e0000 + i;
+
+		off = OWNER_BASE + (i % (OWNER_MIB / 2)) * len;
+		ASSERT_EQ(0, fgds_put_pattern(self->raw, 0, len, seed));
+		ASSERT_EQ(0, ex_buf_len(&self->e, variant->flags, off, len, &b))
+			TH_LOG("round %d", i);
+		pool = pool_available();
+		EXPECT_EQ(pool0 - (long long)len, pool) TH_LOG("round %d: pool during", i);
+		ASSERT_EQ(0, host2("fill", seed ^ 0xff, off, len, 0));
+		ASSERT_EQ((ssize_t)len, pread(self->raw, b.p, len, 0));
+		EXPECT_EQ(0, host2("check", seed, off, len, 0)) TH_LOG("round %d", i);
+		fgds_buf_put(self->e.node, &b);
+		EXPECT_EQ(pool0, pool_available()) TH_LOG("round %d: pool after", i);
+	}
+	ksft_print_msg("%d rounds over the owner's pages, every byte checked from the host\n", i);
 }
 
 /* Tests that run after the matrix (fixtures run in the order they are declared). */
