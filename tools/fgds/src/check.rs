@@ -359,11 +359,23 @@ fn dmabuf_of(
         ),
         Some("amdgpu") => patched("amdgpu", "amdgpu_dma_buf_get_phys", "patches/0004"),
         Some("xe") => patched("xe", "xe_dma_buf_get_phys", "patches/0005"),
-        Some("nvidia") => (
-            "no",
-            "NVIDIA open module",
-            "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange), but nv-dmabuf.c does not describe them by physical ranges (no get_phys()): registration fails with EOPNOTSUPP and the library uses its bounce path; with a static BAR1, nvidia-uvm's own P2PDMA pages are the way to O_DIRECT into BAR1 (fgds refuses them with EEXIST)".into(),
-        ),
+        Some("nvidia") => match has("dma_buf_phys_of_mapping") {
+            Some(true) => (
+                "maybe",
+                "NVIDIA open module",
+                "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange) without get_phys(); fgds registers them over nvidia-uvm's own P2PDMA pages of BAR1, which it makes only with the open module 595 or later and a static, uncached BAR1 (NVreg_RegistryDwords=\"RMForceStaticBar1=1;RmForceDisableIomapWC=1\"): then /sys/bus/pci/devices/<gpu>/p2pmem/size equals BAR1 once a CUDA context touched the GPU, and /dev/fgdsN appears; otherwise EOPNOTSUPP and the bounce path".into(),
+            ),
+            Some(false) => (
+                "no",
+                "NVIDIA open module",
+                "nvidia exports device memory as dma-bufs through CUDA (cuMemGetHandleForAddressRange) without get_phys(), and this kernel lacks fgds's dma-buf core change (dma_buf_phys_of_mapping) that finds nvidia-uvm's P2PDMA pages behind them: registration fails with EOPNOTSUPP and the library uses its bounce path".into(),
+            ),
+            None => (
+                "maybe",
+                "NVIDIA open module",
+                "nvidia exports device memory as dma-bufs without get_phys(); whether this kernel can find nvidia-uvm's P2PDMA pages behind them (dma_buf_phys_of_mapping) is unknown: /proc/kallsyms cannot be read".into(),
+            ),
+        },
         Some("virtio-pci") => (
             "no",
             "virtio-gpu VRAM blob",
@@ -1241,8 +1253,12 @@ mod tests {
         }
         assert_eq!(dmabuf_of(Some("vfio-pci"), &without).0, "yes");
         let (e, row, note) = dmabuf_of(Some("nvidia"), &with);
-        assert_eq!((e, row), ("no", "NVIDIA open module"));
-        assert!(note.contains("EEXIST"));
+        assert_eq!((e, row), ("maybe", "NVIDIA open module"));
+        assert!(note.contains("RMForceStaticBar1=1") && note.contains("p2pmem/size"));
+        let (e, _, note) = dmabuf_of(Some("nvidia"), &without);
+        assert_eq!(e, "no");
+        assert!(note.contains("EOPNOTSUPP") && note.contains("dma_buf_phys_of_mapping"));
+        assert_eq!(dmabuf_of(Some("nvidia"), &unknown).0, "maybe");
         assert_eq!(
             dmabuf_of(Some("virtio-pci"), &with).1,
             "virtio-gpu VRAM blob"

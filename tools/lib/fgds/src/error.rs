@@ -229,8 +229,8 @@ errnos! {
         "register the memory first (C fgds_buf_register_*, Python fgds.Buffer) and keep requests inside it";
     EBUSY: "busy: a page of the range is already registered (a GPU BAR page belongs to one registration at a time), or a buffer is closed with I/O in flight",
         "unregister the other registration of these pages first, or wait for the I/O in flight on the buffer to finish";
-    EEXIST: "an overlapping buffer is already registered, or the GPU's BAR range already has struct pages made by its own driver (an NVMe CMB's p2pmem, nvidia-uvm's pages over a static BAR1)",
-        "deregister the overlapping buffer first; a BAR whose owner made its pages cannot be registered with fgds (fgds check), so let I/O fall back to bounce buffers";
+    EEXIST: "an overlapping buffer is already registered, or a 2 MiB unit of the GPU's BAR range has struct pages made by its own driver (nvidia-uvm's over BAR1) in part only",
+        "deregister the overlapping buffer first; register ranges wholly inside the pages the GPU's driver made, or let I/O fall back to bounce buffers";
     EXDEV: "the dma-buf's memory is in another device's BAR, or its exporter cannot map it for this GPU",
         "register the buffer on the /dev/fgdsN node of the GPU that owns its memory (fgds list)";
     ENODEV: "no fgds device: module not loaded, the GPU's driver does not offer its BAR, the driver was unbound or the GPU removed (the node went), or the buffer was revoked by its exporter or belongs to an earlier binding of the GPU's driver",
@@ -247,7 +247,7 @@ errnos! {
         "open a /dev/fgdsN node (fgds list)";
     EPROTO: "fgds driver API version mismatch",
         "rebuild and reinstall the fgds module and the library from one tree";
-    EOPNOTSUPP: "the dma-buf's exporter does not describe it as PCI MMIO with a P2PDMA provider (no get_phys(): amdgpu, xe, virtio-gpu and NVIDIA as of Linux 7.2, or system memory), or refuses a peer-to-peer importer; the bounce path serves it",
+    EOPNOTSUPP: "the dma-buf's exporter does not describe it as PCI MMIO with a P2PDMA provider (no get_phys(): amdgpu, xe and virtio-gpu as of Linux 7.2, NVIDIA without nvidia-uvm's P2PDMA pages, or system memory), or refuses a peer-to-peer importer; the bounce path serves it",
         "use a GPU driver that exports P2P-capable dma-bufs (fgds check), or let I/O fall back to bounce buffers";
     ETIMEDOUT: "timed out",
         "wait again, or with a longer timeout";
