@@ -60,8 +60,11 @@
  *
  * The module parameter owner_pages_mib makes probe create P2PDMA pages
  * itself (pci_p2pdma_add_resource()) over the last owner_pages_mib MiB of
- * BAR 2, as the NVIDIA open module's nvidia-uvm does over all of a static
- * BAR1 (uvm_devmem.c).
+ * BAR 2, as the NVIDIA open module's nvidia-uvm does over all of a static,
+ * uncached BAR1 (uvm_devmem.c); with the exports of no DYNAMIC, no
+ * SG_PROVIDER and no PHYS flag (nv-dmabuf.c) that is the NVIDIA pattern.
+ * The rest of BAR 2 is mapped write-combined at probe, as amdgpu and xe map
+ * their VRAM aperture, which reserves that memory type for it.
  *
  * Probe offers BAR 2 to importers that make P2PDMA pages
  * (pcim_p2pdma_offer()), as vfio-pci, amdgpu and xe do with the series'
@@ -825,6 +828,7 @@ EXPORT_SYMBOL_GPL(test_p2p_dmabuf_kunit_state);
 
 static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
+	resource_size_t owner_size = (resource_size_t)owner_pages_mib << 20;
 	struct test_dev *tdev;
 	int ret;
 
@@ -854,13 +858,22 @@ static int test_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (IS_ERR(tdev->offer))
 		return PTR_ERR(tdev->offer);
 	tdev->provider = tdev->offer->provider;
-	if (owner_pages_mib) {
-		resource_size_t size = (resource_size_t)owner_pages_mib << 20;
-
-		if (size > tdev->bar_len)
-			return -EINVAL;
-		ret = pci_p2pdma_add_resource(pdev, TEST_BAR, size,
-					      tdev->bar_len - size);
+	if (owner_size > tdev->bar_len)
+		return -EINVAL;
+	/*
+	 * The VRAM aperture mapped write-combined, as amdgpu_ttm_init()
+	 * (ioremap_wc() of the visible aperture) and xe_vram.c
+	 * (devm_ioremap_wc() of LMEMBAR) do, which reserves that memory type
+	 * for the range in the PAT memtype list; the owner's own pages, as
+	 * nvidia-uvm's over a BAR1 that is not write-combined, are left out.
+	 */
+	if (owner_size < tdev->bar_len &&
+	    !devm_ioremap_wc(&pdev->dev, tdev->bar_start,
+			     tdev->bar_len - owner_size))
+		return -ENOMEM;
+	if (owner_size) {
+		ret = pci_p2pdma_add_resource(pdev, TEST_BAR, owner_size,
+					      tdev->bar_len - owner_size);
 		if (ret)
 			return ret;
 	}

@@ -7,9 +7,10 @@
 //! probe; that creates an auxiliary device, and fgds is its auxiliary driver. A GPU buffer
 //! exported as a dma-buf is registered on the node (`FGDS_IOCTL_REG_BUFFER`); its BAR pages become
 //! PCI P2PDMA pages with the BAR's real provider (the owner's own where it made them, as
-//! nvidia-uvm does over a static BAR1), mapped (uncached, as the kernel maps them) into user
-//! space with `mmap()` at the returned cookie. The mapping is then a buffer for O_DIRECT
-//! and io_uring I/O: the block layer's own P2P rules decide which queues may DMA to it. See
+//! nvidia-uvm does over a static BAR1), mapped (with the kernel's own memory type for them:
+//! uncached, or write-combined where the owner reserved that) into user space with `mmap()` at
+//! the returned cookie. The mapping is then a buffer for O_DIRECT and io_uring I/O: the block
+//! layer's own P2P rules decide which queues may DMA to it. See
 //! `Documentation/misc-devices/fgds.rst`.
 //!
 //! Lifetime rules (the reason most of this file exists):
@@ -373,6 +374,8 @@ struct BufState {
     /// BAR and offset in it of the first page.
     bar: u32,
     bar_offset: u64,
+    /// The BAR extents of the pages, in order: `(bar, offset, length)`.
+    extents: KVec<(u32, u64, u64)>,
     /// Chunks holding the pages, each counted once in its [`Chunk::users`]; kept after the cut
     /// until [`Buffer::unregister`] gives them back, once the drain is done.
     chunks: KVec<Arc<Chunk>>,
@@ -856,6 +859,7 @@ impl FgdsFile {
                     revoked: false,
                     bar: 0,
                     bar_offset: 0,
+                    extents: KVec::new(),
                     chunks: KVec::new(),
                     pages: KVVec::new(),
                 }),
@@ -897,6 +901,7 @@ impl FgdsFile {
             // node is going.
             let node = self.node.access()?;
             buf.claim(&node, &ext)?;
+            buf.state.lock().extents = ext;
             *buf.attach.lock() = Some(attach);
             if let Err(e) = self.publish(&buf) {
                 buf.unregister(false);
@@ -1010,11 +1015,17 @@ impl MiscDevice for FgdsFile {
             return Err(EPERM);
         }
         vma.try_clear_mayexec()?;
-        if buf.state.lock().dead {
-            return Err(ENODEV);
+        {
+            let st = buf.state.lock();
+            if st.dead {
+                return Err(ENODEV);
+            }
+            // MMIO, never write-back: the memory type of the kernel's own mapping of the pages,
+            // uncached or what the BAR's owner reserved (write-combined VRAM apertures).
+            me.gpu
+                .offer
+                .set_user_page_prot(vma, st.extents.iter().map(|&(_, off, len)| (off, len)))?;
         }
-        // MMIO: uncached, as the kernel's own mapping of P2PDMA pages (never write-back).
-        vma.set_page_prot_noncached();
         vma.set_dontcopy();
         vma.set_dontexpand();
         vma.set_dontdump();

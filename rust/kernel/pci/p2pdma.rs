@@ -25,12 +25,16 @@
 
 use crate::{
     auxiliary, bindings, container_of,
-    error::from_err_ptr,
+    error::{
+        from_err_ptr,
+        to_result, //
+    },
     ffi::{
         c_ulong,
         c_void, //
     },
     page::BorrowedPage,
+    mm::virt::VmaNew,
     pci,
     prelude::*,
     sync::{
@@ -107,6 +111,39 @@ impl OfferedBar {
     pub(crate) fn provider(&self) -> *const bindings::p2pdma_provider {
         // SAFETY: `provider` never changes (type invariant).
         unsafe { (*self.raw()).provider.cast_const() }
+    }
+
+    /// Gives `vma`, being set up to map P2PDMA pages of `ranges` (`(offset, size)` in this BAR),
+    /// the memory type the kernel's own mapping of them has (`pci_p2pdma_page_prot()`):
+    /// uncached, or the type the BAR's owner reserved the ranges with (write-combined, where
+    /// amdgpu and xe map their VRAM aperture so). Every page later inserted into `vma` gets it.
+    ///
+    /// Fails with `EINVAL` for a range outside the BAR, or ranges of several memory types.
+    pub fn set_user_page_prot(
+        &self,
+        vma: &VmaNew,
+        ranges: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result {
+        let vma = vma.as_ptr();
+        // `vma` is being set up by `mmap()` (type invariant of `VmaNew`), under the mmap lock
+        // held by our caller: its `vm_page_prot` may be read and written, and no PTE has it yet.
+        // SAFETY: See the comment above.
+        let base = unsafe { (*vma).vm_page_prot };
+        let mut chosen: Option<bindings::pgprot_t> = None;
+        for (offset, size) in ranges {
+            let mut prot = base;
+            // SAFETY: `self` is a live offer (type invariant); `prot` is a local.
+            to_result(unsafe {
+                bindings::pci_p2pdma_page_prot(self.raw(), offset, size, &mut prot)
+            })?;
+            match chosen {
+                Some(c) if c.pgprot != prot.pgprot => return Err(EINVAL),
+                _ => chosen = Some(prot),
+            }
+        }
+        // SAFETY: As above.
+        unsafe { (*vma).vm_page_prot = chosen.ok_or(EINVAL)? };
+        Ok(())
     }
 
     /// Whether the physical ranges of a mapped dma-buf lie in this BAR: whether its exporter

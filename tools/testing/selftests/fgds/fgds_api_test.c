@@ -430,39 +430,6 @@ TEST_F(api, revoke_zaps_mappings_and_refuses_io)
 }
 
 /*
- * The line of the kernel's dump of the current process's page tables that
- * covers @addr, or -ENOENT; -errno when the dump cannot be read.
- */
-static int ptdump_line_of(unsigned long addr, char *out, size_t len)
-{
-	unsigned long long start, end;
-	char line[256];
-	FILE *f;
-	int ret = -ENOENT;
-
-	if (access("/sys/kernel/debug/page_tables", F_OK))
-		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
-	/*
-	 * current_user exists with page table isolation; without it
-	 * current_kernel walks the whole of the current process's tables.
-	 */
-	f = fopen("/sys/kernel/debug/page_tables/current_user", "r");
-	if (!f)
-		f = fopen("/sys/kernel/debug/page_tables/current_kernel", "r");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "0x%llx-0x%llx", &start, &end) == 2 && addr >= start &&
-		    addr < end) {
-			snprintf(out, len, "%s", line);
-			ret = 0;
-			break;
-		}
-	fclose(f);
-	return ret;
-}
-
-/*
  * The user mapping of registered memory is uncached (PCD set in every PTE),
  * as the kernel's own mapping of P2PDMA pages, after a fault and after the
  * mapping moved with mremap(); an ordinary anonymous page is write-back (no
@@ -485,12 +452,12 @@ TEST_F(api, mapping_is_uncached)
 	ASSERT_NE(MAP_FAILED, anon);
 	anon[0] = 1;
 
-	ret = ptdump_line_of((unsigned long)anon, line, sizeof(line));
+	ret = fgds_ptdump_line_of((unsigned long)anon, line, sizeof(line));
 	ASSERT_EQ(0, ret) TH_LOG("page-table dump: %s (CONFIG_PTDUMP_DEBUGFS?)", strerror(-ret));
 	EXPECT_EQ(NULL, strstr(line, " PCD")) TH_LOG("anonymous memory: %s", line);
-	ASSERT_EQ(0, ptdump_line_of((unsigned long)p, line, sizeof(line)));
+	ASSERT_EQ(0, fgds_ptdump_line_of((unsigned long)p, line, sizeof(line)));
 	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("first page: %s", line);
-	ASSERT_EQ(0, ptdump_line_of((unsigned long)p + SZ_2M - 1, line, sizeof(line)));
+	ASSERT_EQ(0, fgds_ptdump_line_of((unsigned long)p + SZ_2M - 1, line, sizeof(line)));
 	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("last page: %s", line);
 
 	/* A place to move to: reserved, then replaced by the move. */
@@ -500,7 +467,7 @@ TEST_F(api, mapping_is_uncached)
 	ASSERT_NE(MAP_FAILED, moved) TH_LOG("mremap: %s", strerror(errno));
 	EXPECT_EQ(1, fgds_load(moved));
 	fgds_store(moved + SZ_1M, 3);
-	ASSERT_EQ(0, ptdump_line_of((unsigned long)moved + SZ_1M, line, sizeof(line)));
+	ASSERT_EQ(0, fgds_ptdump_line_of((unsigned long)moved + SZ_1M, line, sizeof(line)));
 	EXPECT_NE(NULL, strstr(line, " PCD")) TH_LOG("after mremap: %s", line);
 
 	munmap(moved, SZ_2M);

@@ -467,6 +467,82 @@ static long long pool_available(void)
 	return strtoll(buf, NULL, 0);
 }
 
+/* CPU-physical address of the stand-in's BAR 2, from sysfs. */
+static unsigned long long bar2_start(void)
+{
+	unsigned long long start = 0, end, flags;
+	char path[128];
+	FILE *f;
+	int i;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", bdf2());
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	for (i = 0; i <= 2; i++)
+		if (fscanf(f, "%llx %llx %llx", &start, &end, &flags) != 3)
+			start = 0;
+	fclose(f);
+	return start;
+}
+
+/* The memory type the PAT memtype list gives @addr ("write-combining", ...). */
+static int pat_memtype_of(unsigned long long addr, char *out, size_t len)
+{
+	unsigned long long start, end;
+	char line[256], type[64];
+	int ret = -ENOENT;
+	FILE *f;
+
+	if (access("/sys/kernel/debug/x86", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	f = fopen("/sys/kernel/debug/x86/pat_memtype_list", "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "PAT: [mem 0x%llx-0x%llx] %63s", &start, &end, type) == 3 &&
+		    addr >= start && addr < end) {
+			snprintf(out, len, "%s", type);
+			ret = 0;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/*
+ * The user mapping has the memory type the kernel's own mapping of the
+ * pages has: write-combined where the owner mapped its aperture so (as
+ * amdgpu and xe do; PWT, not PCD, in the PTEs), uncached over the owner's
+ * own pages (nvidia-uvm's uncached BAR1; PCD). Read from the PAT memtype
+ * list and the kernel's page-table dump, outside the driver.
+ */
+TEST_F(ex, mapping_type_agrees_with_owner)
+{
+	int wc = variant->bar_off < OWNER_BASE;
+	unsigned long long bar = bar2_start();
+	char type[64], line[256];
+	struct fgds_buf b;
+
+	if (!p2p(variant))
+		SKIP(return, "%s: REG_BUFFER refuses (%s)", variant->driver,
+		     strerror(variant->reg_errno));
+	ASSERT_NE(0, bar);
+	ASSERT_EQ(0, ex_buf(&self->e, variant->flags, variant->bar_off, &b));
+	fgds_store(b.p, 1);
+	fgds_store(b.p + BUF_LEN - 1, 2);
+	ASSERT_EQ(0, pat_memtype_of(bar + variant->bar_off, type, sizeof(type)));
+	EXPECT_STREQ(wc ? "write-combining" : "uncached-minus", type);
+	ASSERT_EQ(0, fgds_ptdump_line_of((unsigned long)b.p, line, sizeof(line)));
+	EXPECT_EQ(wc, !!strstr(line, " PWT")) TH_LOG("first page: %s", line);
+	EXPECT_EQ(!wc, !!strstr(line, " PCD")) TH_LOG("first page: %s", line);
+	ASSERT_EQ(0, fgds_ptdump_line_of((unsigned long)b.p + BUF_LEN - 1, line, sizeof(line)));
+	EXPECT_EQ(wc, !!strstr(line, " PWT")) TH_LOG("last page: %s", line);
+	EXPECT_EQ(!wc, !!strstr(line, " PCD")) TH_LOG("last page: %s", line);
+	ksft_print_msg("memtype %s, user PTE: %s", type, strchr(line, ' ') ?: line);
+	fgds_buf_put(self->e.node, &b);
+}
+
 /* REG_BUFFER's answer is the documented one, silently; the exporter's view. */
 TEST_F(ex, registration_outcome)
 {

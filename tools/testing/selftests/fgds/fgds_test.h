@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mount.h>
 #include <linux/types.h>
 
 #include "kselftest.h"
@@ -328,6 +329,39 @@ static inline double fgds_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/*
+ * The line of the kernel's dump of the current process's page tables that
+ * covers @addr, or -ENOENT; -errno when the dump cannot be read.
+ */
+static inline int fgds_ptdump_line_of(unsigned long addr, char *out, size_t len)
+{
+	unsigned long long start, end;
+	char line[256];
+	FILE *f;
+	int ret = -ENOENT;
+
+	if (access("/sys/kernel/debug/page_tables", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	/*
+	 * current_user exists with page table isolation; without it
+	 * current_kernel walks the whole of the current process's tables.
+	 */
+	f = fopen("/sys/kernel/debug/page_tables/current_user", "r");
+	if (!f)
+		f = fopen("/sys/kernel/debug/page_tables/current_kernel", "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "0x%llx-0x%llx", &start, &end) == 2 && addr >= start &&
+		    addr < end) {
+			snprintf(out, len, "%s", line);
+			ret = 0;
+			break;
+		}
+	fclose(f);
+	return ret;
 }
 
 #endif /* FGDS_TEST_H */
