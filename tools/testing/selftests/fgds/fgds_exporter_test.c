@@ -53,6 +53,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -1053,27 +1055,26 @@ static int cmp_u64(const void *a, const void *b)
 #define CB_LEN SZ_2M
 #define CB_IOS ((int)(CB_LEN / IO_LEN))
 
-TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
+/*
+ * @rounds revocations, each with CB_IOS reads from @slow (a disk whose reads
+ * are held back: QEMU's throttle, or io.max) in flight; @what names them.
+ */
+static void revoke_rounds(struct __test_metadata *_metadata, int slow, int rounds,
+			  const char *what)
 {
 	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
-	const char *env = getenv("FGDS_REVOKE_ROUNDS");
-	int rounds = env ? atoi(env) : 100;
-	int slow, ret, round, again = 0, min_p = CB_IOS, max_p = 0, min_a = CB_IOS, max_a = 0;
+	int ret, round, again = 0, min_p = CB_IOS, max_p = 0, min_a = CB_IOS, max_a = 0;
 	__u64 cb_max = 0, wait_max = 0, idle_max = 0;
 	int whole_all = 0, efault_all = 0;
 	__u64 *cb_ns, *wait_ns;
 	struct ex_env e;
 	const char *why;
 
-	if (!bdf2())
-		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
 	ASSERT_LT(0, rounds);
 	cb_ns = calloc(rounds, sizeof(*cb_ns));
 	wait_ns = calloc(rounds, sizeof(*wait_ns));
 	ASSERT_TRUE(cb_ns && wait_ns);
-	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
-	ASSERT_LE(0, slow);
 	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5108));
 	ret = ex_open(&e, &why);
 	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
@@ -1150,26 +1151,39 @@ TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
 		whole_all += whole;
 		efault_all += efault;
 	}
-	ksft_print_msg("revoke: %d rounds of a %lu MiB registration, %d reads each (%d reruns)\n",
-		       rounds, CB_LEN / SZ_1M, CB_IOS, again);
-	ksft_print_msg("revoke: %d to %d reads in flight at it, %d to %d still after it returned\n",
-		       min_p, max_p, min_a, max_a);
-	ksft_print_msg("revoke: %d reads whole, %d failed (EFAULT)\n", whole_all, efault_all);
+	ksft_print_msg("%s: %d rounds of a %lu MiB registration, %d reads each (%d reruns)\n",
+		       what, rounds, CB_LEN / SZ_1M, CB_IOS, again);
+	ksft_print_msg("%s: %d to %d reads in flight at it, %d to %d still after it returned\n",
+		       what, min_p, max_p, min_a, max_a);
+	ksft_print_msg("%s: %d reads whole, %d failed (EFAULT)\n", what, whole_all, efault_all);
 	qsort(cb_ns, rounds, sizeof(*cb_ns), cmp_u64);
 	qsort(wait_ns, rounds, sizeof(*wait_ns), cmp_u64);
-	ksft_print_msg("revoke: callback: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n",
+	ksft_print_msg("%s: callback: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n", what,
 		       cb_ns[rounds / 2] / 1e6, cb_ns[rounds * 95 / 100] / 1e6, cb_max / 1e6);
-	ksft_print_msg("revoke: exporter's wait: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n",
-		       wait_ns[rounds / 2] / 1e6, wait_ns[rounds * 95 / 100] / 1e6, wait_max / 1e6);
+	ksft_print_msg("%s: exporter's wait: median %.3f ms, 95th pct %.3f ms, max %.3f ms\n",
+		       what, wait_ns[rounds / 2] / 1e6, wait_ns[rounds * 95 / 100] / 1e6,
+		       wait_max / 1e6);
 	EXPECT_GT(CALLBACK_MAX_NS, cb_ns[rounds * 95 / 100]);
 	EXPECT_GT(FENCE_WAIT_MAX_NS, wait_ns[rounds * 95 / 100]);
 	free(cb_ns);
 	free(wait_ns);
-	ksft_print_msg("revoke: callback <= %.3f ms in 10 rounds with no I/O in flight\n",
+	ksft_print_msg("%s: callback <= %.3f ms in 10 rounds with no I/O in flight\n", what,
 		       idle_max / 1e6);
 	EXPECT_EQ(0, fgds_fdinfo_num(e.node, "fgds-gpu-pages"));
-	close(slow);
 	ex_close(&e);
+}
+
+TEST_F_TIMEOUT(late, revoke_callback_bounded_with_io_in_flight, 1200)
+{
+	const char *env = getenv("FGDS_REVOKE_ROUNDS");
+	int slow;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, slow);
+	revoke_rounds(_metadata, slow, env ? atoi(env) : 100, "revoke");
+	close(slow);
 }
 
 struct unbind_arg {
@@ -1193,7 +1207,13 @@ static void *unbind_exporter(void *arg)
  * does, and waits for the unmap), the reads end, nothing is written after.
  * The test exporter is bound again.
  */
-TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
+/*
+ * Unbinds the test exporter with NR_IOS reads from @slow in flight into a
+ * registration (up to 10 tries for reads still in flight at the unbind), and
+ * binds it again.
+ */
+static void unbind_with_reads_in_flight(struct __test_metadata *_metadata, int slow,
+					const char *what)
 {
 	__u32 flags = TEST_P2P_DMABUF_DYNAMIC | TEST_P2P_DMABUF_SG_PROVIDER |
 			 TEST_P2P_DMABUF_PHYS;
@@ -1202,14 +1222,10 @@ TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
 	struct io_uring ring;
 	struct fgds_buf b;
 	struct ex_env e;
-	int slow, whole, efault, ret, tries;
+	int whole, efault, ret, tries;
 	const char *why;
 	pthread_t thr;
 
-	if (!bdf2())
-		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
-	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
-	ASSERT_LE(0, slow);
 	ASSERT_EQ(0, fgds_put_pattern(slow, 0, BUF_LEN, 0x5106));
 	for (tries = 0; tries < 10; tries++) {
 		ret = ex_open(&e, &why);
@@ -1238,9 +1254,97 @@ TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
 			break;
 	}
 	ASSERT_LE(1, u.in_flight) TH_LOG("no read in flight when the unbind began, 10 times");
-	ksft_print_msg("unbind with %d of %d reads in flight (%d whole, %d EFAULT)\n",
-		       u.in_flight, NR_IOS, whole, efault);
+	ksft_print_msg("%s: unbind with %d of %d reads in flight (%d whole, %d EFAULT)\n",
+		       what, u.in_flight, NR_IOS, whole, efault);
+}
+
+TEST_F_TIMEOUT(late, unbind_exporter_with_io_in_flight, 300)
+{
+	int slow;
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, slow);
+	unbind_with_reads_in_flight(_metadata, slow, "throttled NVMe");
 	close(slow);
+}
+
+#define IOMAX_CG "/sys/fs/cgroup/fgds-iomax"
+/* Reads of the raw NVMe held by io.max: a 2 MiB registration's take 0.5 s. */
+#define IOMAX_RBPS "4194304"
+
+/* "MAJ:MIN" of the whole disk block device @rdev is (or is a partition of). */
+static int whole_disk_of(dev_t rdev, char *out, size_t len)
+{
+	char path[128], buf[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/partition", major(rdev),
+		 minor(rdev));
+	if (access(path, F_OK)) {
+		snprintf(out, len, "%u:%u", major(rdev), minor(rdev));
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/../dev", major(rdev), minor(rdev));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[strcspn(buf, "\n")] = 0;
+	snprintf(out, len, "%s", buf);
+	return 0;
+}
+
+/* Writes @val to the io.max cgroup's @file. */
+static int iomax_write(const char *file, const char *val)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), IOMAX_CG "/%s", file);
+	return fgds_sysfs_write(path, val);
+}
+
+/*
+ * The same with the reads held by the block layer itself, before they
+ * reach the device: the test runs in a cgroup whose io.max lets the raw
+ * NVMe read 4 MiB/s, so each round's reads wait in blk-throttle for half a
+ * second with their pages pinned, as a user's throttled job would. The
+ * callback still waits for none of them; UNREG waits for them all. Then the
+ * exporter's driver is unbound and bound again with throttled reads in
+ * flight: both finish, the reads end, nothing lands after the unbind, and
+ * no task hangs.
+ */
+TEST_F_TIMEOUT(late, revoke_and_unbind_with_iomax_reads, 1200)
+{
+	char dev[64], pid[32];
+	struct stat st;
+	int raw, mark = fgds_klog_mark();
+
+	if (!bdf2())
+		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
+	raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, raw);
+	ASSERT_EQ(0, fstat(raw, &st));
+	/* io.max applies to whole disks: the one FGDS_RAW is on. */
+	ASSERT_EQ(0, whole_disk_of(st.st_rdev, dev, sizeof(dev)));
+	strncat(dev, " rbps=" IOMAX_RBPS, sizeof(dev) - strlen(dev) - 1);
+	rmdir(IOMAX_CG);
+	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+io"));
+	ASSERT_EQ(0, mkdir(IOMAX_CG, 0755));
+	ASSERT_EQ(0, iomax_write("io.max", dev)) TH_LOG("io.max: %s", dev);
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	ASSERT_EQ(0, iomax_write("cgroup.procs", pid));
+	revoke_rounds(_metadata, raw, 100, "revoke, io.max");
+	unbind_with_reads_in_flight(_metadata, raw, "io.max");
+	EXPECT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.procs", pid));
+	EXPECT_EQ(0, rmdir(IOMAX_CG));
+	EXPECT_EQ(0, fgds_kernel_reports_since(mark));
+	close(raw);
 }
 
 /* The test exporter's revoke_at_remove: 1 as vfio-pci, 0 as amdgpu and xe. */
