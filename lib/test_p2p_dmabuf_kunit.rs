@@ -240,6 +240,18 @@ struct Freed {
     last: AtomicUsize,
 }
 
+impl Freed {
+    fn new() -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Freed {
+                count: AtomicUsize::new(0),
+                last: AtomicUsize::new(usize::MAX),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+}
+
 impl PageOwner for Freed {
     fn page_free(&self, index: usize) {
         self.last.store(index, Ordering::Relaxed);
@@ -558,13 +570,7 @@ mod tests {
         let bar_start = exp.pci()?.resource_start(BAR)?;
         let align = P2pPages::<Freed>::ALIGN;
         let off = 32 * SZ_1M;
-        let owner = Arc::new(
-            Freed {
-                count: AtomicUsize::new(0),
-                last: AtomicUsize::new(usize::MAX),
-            },
-            GFP_KERNEL,
-        )?;
+        let owner = Freed::new()?;
 
         // SAFETY: `exp` holds the device bound, and with it the offer and the BAR's provider,
         // until it is dropped, after `pages` (declared later, so dropped earlier): the exporter's
@@ -621,13 +627,7 @@ mod tests {
         let offer = exp.offer()?;
         let bar_start = exp.pci()?.resource_start(BAR)?;
         let align = P2pPages::<Freed>::ALIGN;
-        let owner = Arc::new(
-            Freed {
-                count: AtomicUsize::new(0),
-                last: AtomicUsize::new(usize::MAX),
-            },
-            GFP_KERNEL,
-        )?;
+        let owner = Freed::new()?;
 
         // SAFETY: As in `p2p_pages_lifecycle`: `exp` outlives `claim` and the failed attempts.
         let claim = unsafe { P2pPages::<Freed>::new(offer, owner_off, 2 * align) }?;

@@ -211,6 +211,18 @@ static int ex_open(struct ex_env *e, const char **why)
 	return 0;
 }
 
+/* ex_open(), and the raw NVMe opened for O_DIRECT into *@raw. */
+static int ex_open_raw(struct ex_env *e, int *raw, const char **why)
+{
+	int ret = ex_open(e, why);
+
+	if (ret)
+		return ret;
+	*why = "FGDS_RAW";
+	*raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
+	return *raw < 0 ? -errno : 0;
+}
+
 static void ex_close(struct ex_env *e)
 {
 	if (e->node >= 0)
@@ -403,10 +415,8 @@ FIXTURE_SETUP(ex)
 
 	if (!bdf2())
 		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
-	ret = ex_open(&self->e, &why);
+	ret = ex_open_raw(&self->e, &self->raw, &why);
 	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
-	self->raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
-	ASSERT_LE(0, self->raw) TH_LOG("FGDS_RAW: %s", strerror(errno));
 	self->slow = open(getenv("FGDS_SLOW"), O_RDWR | O_DIRECT | O_CLOEXEC);
 	ASSERT_LE(0, self->slow) TH_LOG("FGDS_SLOW: %s", strerror(errno));
 	self->mark = fgds_klog_mark();
@@ -907,10 +917,8 @@ FIXTURE_SETUP(owner)
 
 	if (!bdf2())
 		SKIP(return, "not in the fgds VM (FGDS_GPU2_BDF is not set)");
-	ret = ex_open(&self->e, &why);
+	ret = ex_open_raw(&self->e, &self->raw, &why);
 	ASSERT_EQ(0, ret) TH_LOG("%s: %s", why, strerror(-ret));
-	self->raw = open(getenv("FGDS_RAW"), O_RDWR | O_DIRECT | O_CLOEXEC);
-	ASSERT_LE(0, self->raw) TH_LOG("FGDS_RAW: %s", strerror(errno));
 	ksft_print_msg("%s\n", variant->driver);
 }
 
