@@ -19,14 +19,19 @@
  * revocations and kills survived, corrupted bytes, registrations and struct
  * pages left, kernel reports. Then the module is unloaded and loaded again.
  *
+ * Progress is printed every 30 s; a run with no progress for 120 s prints
+ * where each thread waits and fails.
+ *
  * FGDS_STRESS_SECONDS (default 40) bounds the run; FGDS_STRESS_SEED seeds it.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -70,6 +75,8 @@ static void set_stop(int why)
 static struct {
 	__u64 cycles, revocations, kills, refused, corrupt, lost, late_writes, kill_failures;
 } fig;
+/* The killer's child of the moment (0: none), for the stall report. */
+static pid_t reader_pid;
 
 static void count(__u64 *c, __u64 n)
 {
@@ -313,6 +320,8 @@ static void *killer(void *arg)
 			break;
 		}
 		pid = fork();
+		if (pid > 0)
+			__atomic_store_n(&reader_pid, pid, __ATOMIC_RELAXED);
 		if (!pid) {
 			close(pipefd[0]);
 			reader(dmabuf, pipefd[1]);
@@ -330,6 +339,7 @@ static void *killer(void *arg)
 		usleep(fgds_rand(&seed) % 50000);
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
+		__atomic_store_n(&reader_pid, 0, __ATOMIC_RELAXED);
 		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
 			count(&fig.kills, 1);
 
@@ -344,6 +354,74 @@ static void *killer(void *arg)
 		count(&fig.late_writes, bad);
 	}
 	return NULL;
+}
+
+/* Print where each thread of @pid (its kernel stack and wchan) waits. */
+static void print_stacks(pid_t pid)
+{
+	char path[320], line[256];
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	dir = opendir(path);
+	if (!dir)
+		return;
+	while ((d = readdir(dir))) {
+		FILE *f;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", pid, d->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(line, sizeof(line), f))
+			ksft_print_msg("stress: task %d/%s waits in %s\n", pid, d->d_name, line);
+		if (f)
+			fclose(f);
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stack", pid, d->d_name);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			ksft_print_msg("stress:   %s", line);
+		if (f)
+			fclose(f);
+	}
+	closedir(dir);
+}
+
+/*
+ * The run's progress, every 30 s (the VM harness counts a guest silent for
+ * 300 s as stalled). No cycle, revocation or kill for STALL_S seconds is a
+ * hang: where every thread waits is printed, the kernel's blocked tasks
+ * too (sysrq w), and the run stops as failed (4).
+ */
+#define PROGRESS_S 30
+#define STALL_S 120
+
+static void report_progress(double t0, double *last_t, __u64 *last_sum, double *moved)
+{
+	double now = fgds_now();
+	__u64 sum = fig.cycles + fig.revocations + fig.kills;
+	pid_t child;
+
+	if (sum != *last_sum) {
+		*last_sum = sum;
+		*moved = now;
+	}
+	if (now - *last_t < PROGRESS_S)
+		return;
+	*last_t = now;
+	ksft_print_msg("stress: %.0f s: %llu cycles, %llu revocations, %llu kills\n", now - t0,
+		       (unsigned long long)fig.cycles, (unsigned long long)fig.revocations,
+		       (unsigned long long)fig.kills);
+	if (now - *moved < STALL_S)
+		return;
+	ksft_print_msg("stress: stalled %.0f s: where each thread waits\n", now - *moved);
+	print_stacks(getpid());
+	child = __atomic_load_n(&reader_pid, __ATOMIC_RELAXED);
+	if (child)
+		print_stacks(child);
+	fgds_sysfs_write("/proc/sysrq-trigger", "w");
+	set_stop(4);
 }
 
 /* A helper, so that the harness's EXPECT and its TH_LOG stay one loop body. */
@@ -372,7 +450,8 @@ TEST_F_TIMEOUT(run, stress, 900)
 	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
 	const char *dirs[2] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
 	__u64 seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
-	double secs = secs_env ? atof(secs_env) : 40, t0;
+	double secs = secs_env ? atof(secs_env) : 40, t0, last_t, moved;
+	__u64 last_sum = 0;
 	struct worker w[NR_WORKERS] = {};
 	pthread_t thr[NR_WORKERS], rev, kil;
 	int mark, reports, i;
@@ -403,10 +482,15 @@ TEST_F_TIMEOUT(run, stress, 900)
 	ASSERT_EQ(0, pthread_create(&rev, NULL, revoker, &seed));
 	ASSERT_EQ(0, pthread_create(&kil, NULL, killer, &seed));
 	t0 = fgds_now();
-	while (!stopped() && fgds_now() - t0 < secs)
+	last_t = t0;
+	moved = t0;
+	while (!stopped() && fgds_now() - t0 < secs) {
 		usleep(100000);
+		report_progress(t0, &last_t, &last_sum, &moved);
+	}
 	if (!stopped())
 		set_stop(1);
+	ASSERT_NE(4, stopped()) TH_LOG("the run hung: see where each thread waits above");
 	for (i = 0; i < NR_WORKERS; i++)
 		pthread_join(thr[i], NULL);
 	pthread_join(rev, NULL);
