@@ -8,12 +8,17 @@
  *
  * - Device memory is ranges of the BAR; device pointers lie in an address
  *   range reserved PROT_NONE per device (not the BAR's mapping), so a host
- *   dereference of one faults.
+ *   dereference of one faults. Addresses and BAR ranges are allocated apart,
+ *   first fit, as CUDA 13 (driver 580) was seen to (cuda_facts.py): a freed
+ *   address is handed out again at once, with a new buffer id, and a later
+ *   allocation may lie below an earlier one; the BAR range of a freed
+ *   allocation that was exported is never used again (NVIDIA keeps the
+ *   memory behind an open dma-buf until it is closed, and an importer may
+ *   still hold it).
  * - cuMemGetHandleForAddressRange exports exactly the range asked for as a
- *   vfio-pci dma-buf (VFIO_DEVICE_FEATURE_DMA_BUF), on CUDA's rules: the
- *   range is page aligned and lies in one allocation. A freed allocation
- *   that was exported is never handed out again (an importer may still
- *   hold it: NVIDIA's memory stays alive behind its dma-bufs).
+ *   vfio-pci dma-buf (VFIO_DEVICE_FEATURE_DMA_BUF): page aligned and in one
+ *   allocation. Stricter than CUDA, which exports past an allocation's end
+ *   (what lies there): an importer that asks for that here is told.
  * - Copies and fills go through vfio's mapping of the BAR.
  * - A stream is a host thread running its work in order; the legacy
  *   default stream waits for the blocking streams' earlier work and they
@@ -65,8 +70,10 @@ struct fgds_vfio { int unused; };
 #define __export __attribute__((visibility("default")))
 
 struct alloc {
-	struct alloc *next;
-	uint64_t off;
+	struct alloc *next;	/* by BAR offset */
+	struct alloc *vnext;	/* the live ones, by address */
+	uint64_t off;		/* in the BAR */
+	uint64_t addr;		/* the device address, less the device's va */
 	uint64_t size;
 	uint64_t id;		/* CU_POINTER_ATTRIBUTE_BUFFER_ID: never the same twice */
 	bool live;
@@ -91,8 +98,9 @@ struct gpurt_dev {
 	struct fgds_vfio vfio;
 	uint8_t *bar;		/* CPU mapping of the BAR */
 	uint64_t bar_size;
-	uint64_t va;		/* device pointers: va + BAR offset */
-	struct alloc *allocs;	/* by offset */
+	uint64_t va;		/* device pointers: va + alloc.addr + offset in it */
+	struct alloc *allocs;	/* by BAR offset, freed exported ones too */
+	struct alloc *vas;	/* the live ones, by address */
 	struct CUctx_st ctx;	/* the primary context */
 };
 
@@ -361,42 +369,76 @@ static int dev_open(const char *fn, struct gpurt_dev *d)
 
 /* Memory */
 
-/* cuMemAlloc's alignment: 2 MiB from 2 MiB on, 64 KiB from 64 KiB on, else 512 bytes. */
+/*
+ * cuMemAlloc's alignment, as CUDA 13 on an H200 gave it (cuda_facts.py):
+ * 2 MiB from 2 MiB on, a power of two from 4 KiB on its own size, other
+ * sizes from 4 KiB on 4 KiB, smaller ones 512 bytes.
+ */
 static uint64_t alloc_align(size_t n)
 {
 	if (n >= (2UL << 20))
 		return 2UL << 20;
-	if (n >= (64UL << 10))
-		return 64UL << 10;
+	if (n >= 4096 && !(n & (n - 1)))
+		return n;
+	if (n >= 4096)
+		return 4096;
 	return 512;
+}
+
+/*
+ * The first gap of @n bytes aligned to @align in a list sorted by start
+ * (BAR offsets through ->next, or addresses through ->vnext): its start, and
+ * in *@pos the link to insert at. ~0 when none is left below @limit.
+ */
+static uint64_t first_fit(struct alloc **head, bool by_addr, uint64_t n, uint64_t align,
+			  uint64_t limit, struct alloc ***pos)
+{
+	struct alloc **pp = head;
+	uint64_t at = 0;
+
+	for (;;) {
+		uint64_t start = (at + align - 1) & ~(align - 1);
+		uint64_t end = *pp ? (by_addr ? (*pp)->addr : (*pp)->off) : limit;
+
+		if (start + n <= end && start + n >= start) {
+			*pos = pp;
+			return start;
+		}
+		if (!*pp)
+			return ~0ULL;
+		at = (by_addr ? (*pp)->addr : (*pp)->off) + (*pp)->size;
+		pp = by_addr ? &(*pp)->vnext : &(*pp)->next;
+	}
 }
 
 static struct alloc *alloc_new(struct gpurt_dev *d, size_t n)
 {
-	uint64_t align = alloc_align(n), pos = 0;
-	struct alloc **pp = &d->allocs, *a;
+	uint64_t align = alloc_align(n), off, addr;
+	struct alloc **pos, **vpos, *a;
 
-	for (;;) {
-		uint64_t start = (pos + align - 1) & ~(align - 1);
-		uint64_t end = *pp ? (*pp)->off : d->bar_size;
+	off = first_fit(&d->allocs, false, n, align, d->bar_size, &pos);
+	addr = first_fit(&d->vas, true, n, align, d->bar_size, &vpos);
+	if (off == ~0ULL || addr == ~0ULL)
+		return NULL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->off = off;
+	a->addr = addr;
+	a->size = n;
+	a->id = next_buffer_id++;
+	a->live = true;
+	a->next = *pos;
+	*pos = a;
+	a->vnext = *vpos;
+	*vpos = a;
+	return a;
+}
 
-		if (start + n <= end && start + n >= start) {
-			a = calloc(1, sizeof(*a));
-			if (!a)
-				return NULL;
-			a->off = start;
-			a->size = n;
-			a->id = next_buffer_id++;
-			a->live = true;
-			a->next = *pp;
-			*pp = a;
-			return a;
-		}
-		if (!*pp)
-			return NULL;
-		pos = (*pp)->off + (*pp)->size;
-		pp = &(*pp)->next;
-	}
+/* Where device address @p of allocation @a lies in the device's BAR mapping. */
+static uint8_t *bar_of(const struct gpurt_dev *d, const struct alloc *a, uint64_t p)
+{
+	return d->bar + a->off + (p - d->va - a->addr);
 }
 
 /* The live allocation holding [p, p + n), with its device. */
@@ -407,11 +449,11 @@ static struct alloc *find(uint64_t p, size_t n, struct gpurt_dev **pd)
 
 		if (!d->open || p < d->va || p >= d->va + d->bar_size)
 			continue;
-		for (struct alloc *a = d->allocs; a; a = a->next) {
-			uint64_t off = p - d->va;
+		for (struct alloc *a = d->vas; a; a = a->vnext) {
+			uint64_t addr = p - d->va;
 
-			if (a->live && off >= a->off && off < a->off + a->size) {
-				if (n > a->off + a->size - off)
+			if (addr >= a->addr && addr < a->addr + a->size) {
+				if (n > a->addr + a->size - addr)
 					return NULL;
 				*pd = d;
 				return a;
@@ -775,7 +817,7 @@ static CUresult mem_alloc(const char *fn, struct gpurt_dev *d, uint64_t *out, si
 	if (!a)
 		return fail(fn, CUDA_ERROR_OUT_OF_MEMORY, "%zu bytes on %s", n, d->name);
 	log_mem("alloc", d, a);
-	*out = d->va + a->off;
+	*out = d->va + a->addr;
 	return CUDA_SUCCESS;
 }
 
@@ -796,13 +838,16 @@ static CUresult mem_free(const char *fn, uint64_t p)
 	struct gpurt_dev *d;
 	struct alloc *a = find(p, 1, &d), **pp;
 
-	if (!a || d->va + a->off != p)
+	if (!a || d->va + a->addr != p)
 		return fail(fn, CUDA_ERROR_INVALID_VALUE, "%#llx is no allocation's base",
 			    (unsigned long long)p);
 	a->live = false;
 	log_mem("free", d, a);
+	for (pp = &d->vas; *pp != a; pp = &(*pp)->vnext)
+		;
+	*pp = a->vnext;		/* its address is free at once */
 	if (a->exported)
-		return CUDA_SUCCESS;	/* an importer may hold it: never reused */
+		return CUDA_SUCCESS;	/* an importer may hold its memory: never reused */
 	for (pp = &d->allocs; *pp != a; pp = &(*pp)->next)
 		;
 	*pp = a->next;
@@ -921,7 +966,7 @@ static CUresult addr_range(const char *fn, uint64_t *pbase, size_t *psize, uint6
 	if (!a)
 		return fail(fn, nf, "%#llx is in no allocation", (unsigned long long)p);
 	if (pbase)
-		*pbase = d->va + a->off;
+		*pbase = d->va + a->addr;
 	if (psize)
 		*psize = a->size;
 	return CUDA_SUCCESS;
@@ -967,14 +1012,14 @@ static CUresult export(const char *fn, void *handle, uint64_t p, size_t size, in
 	if (d->file)
 		return fail(fn, unsupported, "%s is a file, not a BAR: no dma-buf", d->name);
 #ifdef VFIO_DEVICE_FEATURE_DMA_BUF
-	fd = fgds_vfio_dmabuf(&d->vfio, p - d->va, size);
+	fd = fgds_vfio_dmabuf(&d->vfio, bar_of(d, a, p) - d->bar, size);
 #else
 	fd = -EOPNOTSUPP;
 #endif
 	if (fd < 0) {
 		fprintf(stderr, "fgds-gpurt: %s: %s of %s [%#llx, +%#zx): %s\n", fn,
 			"VFIO_DEVICE_FEATURE_DMA_BUF", d->name,
-			(unsigned long long)(p - d->va), size, strerror(-fd));
+			(unsigned long long)(bar_of(d, a, p) - d->bar), size, strerror(-fd));
 		return CUDA_ERROR_UNKNOWN;
 	}
 	a->exported = true;
@@ -1017,7 +1062,7 @@ static CUresult device_op(const char *fn, struct CUstream_st *s, enum op_kind ki
 	if ((kind == OP_HTOD || kind == OP_DTOH) && !find_pinned(host, n))
 		wait = true;
 	o = op_new(fn, s, kind);
-	o->dev = d->bar + (p - d->va);
+	o->dev = bar_of(d, a, p);
 	o->host = host;
 	o->n = n;
 	o->value = value;
@@ -1090,17 +1135,20 @@ static CUresult dtod(const char *fn, struct CUstream_st *s, uint64_t dst, uint64
 		     bool wait)
 {
 	struct gpurt_dev *ds, *dd;
+	struct alloc *as, *ad;
 	struct op *o;
 	uint64_t t;
 
 	if (!n)
 		return CUDA_SUCCESS;
-	if (!find(src, n, &ds) || !find(dst, n, &dd))
+	as = find(src, n, &ds);
+	ad = find(dst, n, &dd);
+	if (!as || !ad)
 		return fail(fn, CUDA_ERROR_INVALID_VALUE, "%#llx or %#llx +%#zx is not in one allocation",
 			    (unsigned long long)src, (unsigned long long)dst, n);
 	o = op_new(fn, s, OP_DTOD);
-	o->dev = ds->bar + (src - ds->va);
-	o->host = dd->bar + (dst - dd->va);
+	o->dev = bar_of(ds, as, src);
+	o->host = bar_of(dd, ad, dst);
 	o->n = n;
 	t = enqueue(s, o);
 	if (wait)
@@ -1249,6 +1297,7 @@ static CUresult wait_value32(const char *fn, CUstream h, CUdeviceptr addr, uint3
 	CUresult err = 0;
 	struct CUstream_st *s;
 	struct gpurt_dev *d;
+	struct alloc *a;
 	struct op *o;
 
 	if (!cu_enter(fn))
@@ -1258,12 +1307,13 @@ static CUresult wait_value32(const char *fn, CUstream h, CUdeviceptr addr, uint3
 	s = stream_of(fn, h, &err);
 	if (!s)
 		return unlock_ret(err);
-	if (addr % 4 || !find(addr, 4, &d))
+	a = addr % 4 ? NULL : find(addr, 4, &d);
+	if (!a)
 		return unlock_ret(fail(fn, CUDA_ERROR_INVALID_VALUE,
 				       "%#llx is no aligned word of device memory",
 				       (unsigned long long)addr));
 	o = op_new(fn, s, OP_WAIT32);
-	o->dev = d->bar + (addr - d->va);
+	o->dev = bar_of(d, a, addr);
 	o->value = value;
 	o->flags = flags;
 	enqueue(s, o);
@@ -1558,12 +1608,14 @@ __export hipError_t hipDeviceSynchronize(void)
 __export int fgds_gpurt_bar_offset(uint64_t dptr, int *ordinal, uint64_t *bar_off)
 {
 	struct gpurt_dev *d;
+	struct alloc *a;
 	int ret = -1;
 
 	pthread_mutex_lock(&lock);
-	if (initialized && find(dptr, 1, &d)) {
+	a = initialized ? find(dptr, 1, &d) : NULL;
+	if (a) {
 		*ordinal = d->ordinal;
-		*bar_off = dptr - d->va;
+		*bar_off = bar_of(d, a, dptr) - d->bar;
 		ret = 0;
 	}
 	pthread_mutex_unlock(&lock);

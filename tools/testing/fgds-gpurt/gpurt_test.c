@@ -160,7 +160,7 @@ int main(void)
 	close(fd);
 	snprintf(bus, sizeof(bus), "file:%s", bar_path);
 	setenv("FGDS_GPURT_DEVICES", bus, 1);
-	printf("1..46\n");
+	printf("1..47\n");
 
 	ok(cuMemAlloc_v2(&a, 4096) == CUDA_ERROR_NOT_INITIALIZED, "before cuInit: not initialized");
 	ok(cuInit(1) == CUDA_ERROR_INVALID_VALUE && cuInit(0) == CUDA_SUCCESS, "cuInit(0) only");
@@ -181,7 +181,7 @@ int main(void)
 	ok(cuMemAlloc_v2(&a, 3 << 20) == 0 && cuMemAlloc_v2(&b, 100 << 10) == 0 &&
 	   cuMemAlloc_v2(&small, 100) == 0 && cuMemAlloc_v2(&c, 4096) == 0,
 	   "allocations");
-	ok(a % (2 << 20) == 0 && b % (64 << 10) == 0 && small % 512 == 0 && c % 512 == 0 &&
+	ok(a % (2 << 20) == 0 && b % 4096 == 0 && small % 512 == 0 && c % 4096 == 0 &&
 	   c >= small + 100 && b >= a + (3 << 20), "CUDA's alignments, no overlap");
 	ok(cuMemAlloc_v2(&base, BAR_SIZE) == CUDA_ERROR_OUT_OF_MEMORY, "more than the BAR: OOM");
 	ok(dies_of(deref, &a, SIGSEGV), "a device pointer faults on the host");
@@ -276,6 +276,8 @@ int main(void)
 		   cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) == 0 &&
 		   id2 != id1 && id2 != id3,
 		   "a freed range is handed out again, with a new buffer id");
+		ok(cuMemFree_v2(a) == 0 && cuMemAlloc_v2(&a, 2 << 20) == 0 && a < b,
+		   "first fit: a later allocation below an earlier one");
 	}
 
 	ok(dies_of(bad_attribute, NULL, SIGABRT), "an attribute not implemented aborts");

@@ -117,6 +117,17 @@ if make -s -C "$FGDS_TOP/tools/testing/fgds-gpurt" O="$tmp/gpurt" >"$tmp/gpurt.l
 	done <"$tmp/gpurt.tap"
 	check "fgds-gpurt: gpurt_test ran every result and exited 0 (status $rc)" \
 		sh -c "[ $rc -eq 0 ] && [ \$(grep -c '^ok ' '$tmp/gpurt.tap') -eq \$(sed -n 's/^1\.\.//p' '$tmp/gpurt.tap') ]"
+	# What real CUDA answered (driver 580, H200: cuda-facts-580-h200.json),
+	# asked of the stand-in: allocation, addresses, buffer ids, reuse.
+	truncate -s 64M "$tmp/gpurt.bar"
+	LD_LIBRARY_PATH="$tmp/gpurt/cuda" FGDS_GPURT_DEVICES="file:$tmp/gpurt.bar" \
+		timeout 120 python3 "$FGDS_TOP/tools/testing/fgds-gpurt/cuda_facts.py" --no-torch \
+		--compare "$FGDS_TOP/tools/testing/fgds-gpurt/cuda-facts-580-h200.json" \
+		>"$tmp/facts.log" 2>&1
+	rc=$?
+	check "fgds-gpurt answers what CUDA 13 answered on an H200 (cuda_facts.py)" \
+		sh -c "[ $rc -eq 0 ] && grep -q ' compared, 0 differ' '$tmp/facts.log'"
+	grep '^cuda_facts:' "$tmp/facts.log" | sed 's/^/# /'
 else
 	notok "fgds-gpurt builds without warnings"
 	sed 's/^/# /' "$tmp/gpurt.log" | tail -n 20

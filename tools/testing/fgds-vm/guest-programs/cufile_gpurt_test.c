@@ -382,4 +382,44 @@ TEST_F_TIMEOUT(cufile, freed_allocation_leaves_the_cache, 300)
 	EXPECT_EQ(0, cuMemFree_v2(c));
 }
 
+/*
+ * Freed and allocated again at once, before the cache's check runs: CUDA
+ * hands the freed address out again at once, with a new buffer id, while
+ * the old memory stays behind the cache's dma-buf until it is closed
+ * (driver 580, tools/testing/fgds-gpurt/cuda_facts.py; the stand-in does
+ * the same). A read into the new allocation lands in its memory, not the
+ * old registration's, and the old entry is dropped on that lookup.
+ */
+TEST_F_TIMEOUT(cufile, address_reused_at_once_never_hits_the_old_entry, 120)
+{
+	struct fgds_gpucache_counters c0, c1;
+	uint64_t boff, coff;
+	CUdeviceptr b, c;
+	int ord;
+
+	ASSERT_EQ(0, cuMemAlloc_v2(&b, 4 * SZ_1M));
+	ASSERT_EQ(0, fgds_gpurt_bar_offset(b, &ord, &boff));
+	ASSERT_EQ((ssize_t)(2 * SZ_1M),
+		  cuFileRead(self->fh, (void *)(uintptr_t)(b + SZ_1M), 2 * SZ_1M, SZ_1M, 0));
+	c0 = counters();
+	ASSERT_EQ(0, cuMemFree_v2(b));
+	ASSERT_EQ(0, cuMemAlloc_v2(&c, 4 * SZ_1M));
+	ASSERT_EQ(b, c) TH_LOG("the runtime did not hand the freed address out again");
+	ASSERT_EQ(0, fgds_gpurt_bar_offset(c, &ord, &coff));
+	EXPECT_NE(boff, coff) TH_LOG("the exported memory was handed out again");
+	ASSERT_EQ((ssize_t)(2 * SZ_1M),
+		  cuFileRead(self->fh, (void *)(uintptr_t)(c + SZ_1M), 2 * SZ_1M, 5 * SZ_1M, 0));
+	guest_host_check(_metadata, SEED, coff + SZ_1M, 2 * SZ_1M, 5 * SZ_1M);
+	c1 = counters();
+	TH_LOG("old memory at BAR %#llx, new at %#llx: stale %llu -> %llu, registrations %llu -> %llu",
+	       (unsigned long long)boff, (unsigned long long)coff,
+	       (unsigned long long)c0.cache_stale, (unsigned long long)c1.cache_stale,
+	       (unsigned long long)c0.cache_registrations,
+	       (unsigned long long)c1.cache_registrations);
+	EXPECT_EQ(c0.cache_stale + 1, c1.cache_stale);
+	EXPECT_EQ(c0.cache_registrations + 1, c1.cache_registrations);
+	EXPECT_EQ(c0.cache_hits, c1.cache_hits);
+	EXPECT_EQ(0, cuMemFree_v2(c));
+}
+
 TEST_HARNESS_MAIN
