@@ -349,7 +349,8 @@ fn make_buffer(mem: Mem, size: u64) -> Result<Buffer, fgds::Error> {
         Mem::Cuda | Mem::Fgds => {
             let rt = fgds::gpu::Runtime::cuda()?;
             rt.use_device(0)?;
-            let len = size.div_ceil(fgds::gpu::CUDA_EXPORT_ALIGN) * fgds::gpu::CUDA_EXPORT_ALIGN;
+            let a = fgds::gpu::export_align();
+            let len = size.div_ceil(a) * a;
             let p = rt.mem_alloc(len as usize)?;
             let b = Buffer::from_cuda(p, len)?;
             if mem == Mem::Fgds && !b.is_p2p() {

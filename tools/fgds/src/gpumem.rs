@@ -392,7 +392,7 @@ impl GpuMem {
             })?,
         };
         rt.use_device(ordinal)?;
-        let a = fgds::gpu::CUDA_EXPORT_ALIGN;
+        let a = fgds::gpu::export_align();
         let len = len.div_ceil(a) * a;
         let dptr = rt.mem_alloc(len as usize)?;
         let mem = rt.describe(dptr)?;

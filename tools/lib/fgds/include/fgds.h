@@ -110,7 +110,7 @@ int fgds_buf_register_host(void *ptr, size_t len, unsigned int flags);
 int fgds_buf_register_dmabuf(const char *device, int dmabuf_fd,
 			     uint64_t offset, uint64_t size, void **out);
 /* Registers CUDA (HIP) device memory [dptr, dptr+size). If an fgds node
- * serves the GPU the range (widened to 64 KiB) is exported as a dma-buf and
+ * serves the GPU the range (widened to whole pages) is exported as a dma-buf and
  * registered so that I/O goes peer to peer; otherwise I/O goes through
  * pinned host bounce buffers (an error in strict mode). flags must be 0. */
 int fgds_buf_register_cuda(uint64_t dptr, size_t size, unsigned int flags);
@@ -177,7 +177,7 @@ struct fgds_fallbacks {
 	uint64_t busy;		/* EBUSY: the range is in another registration */
 	uint64_t not_supported;	/* EOPNOTSUPP: no P2P DMA for this memory or file */
 	uint64_t no_device;	/* no fgds node serves the GPU */
-	uint64_t misaligned;	/* the 64 KiB-widened export leaves the allocation */
+	uint64_t misaligned;	/* the page-widened export leaves the allocation */
 	uint64_t no_direct;	/* no O_DIRECT, or the kernel refused an O_DIRECT request */
 	uint64_t asked;		/* the bounce path was asked for */
 	uint64_t other;		/* any other error of the export or registration */

@@ -273,7 +273,7 @@ impl Buffer {
     }
 
     /// Wraps CUDA device memory `[dptr, dptr+size)`. If an fgds node serves
-    /// the GPU, the range (widened to 64 KiB) is exported as a dma-buf,
+    /// the GPU, the range (widened to whole pages) is exported as a dma-buf,
     /// registered and mapped so that I/O goes peer to peer; otherwise the
     /// buffer works through pinned host bounce buffers and
     /// [`Buffer::p2p_unavailable_reason`] says why.
@@ -387,12 +387,12 @@ impl Buffer {
                 })
             })
             .ok_or_else(|| Error::NoDevice(format!("no fgds node for GPU {pci}")))?;
-        let a = gpu::CUDA_EXPORT_ALIGN;
+        let a = gpu::export_align();
         let start = dptr & !(a - 1);
         let end = (dptr + size).div_ceil(a) * a;
         if start < mem.base || end > mem.base + mem.size {
             return Err(Error::Misaligned {
-                what: "device range (64 KiB aligned export leaves the allocation)",
+                what: "device range (the page-aligned export leaves the allocation)",
                 value: dptr,
                 align: a,
             });
@@ -487,7 +487,7 @@ impl Buffer {
                 p2p: Some((m, delta)),
                 ..
             } => {
-                // SAFETY: delta < 64 KiB lies inside the mapping.
+                // SAFETY: delta < one page lies inside the mapping.
                 Some(unsafe { m.map.add(*delta) })
             }
             Memory::Gpu { p2p: None, .. } | Memory::HostBounced { .. } => None,

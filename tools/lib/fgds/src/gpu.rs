@@ -15,8 +15,14 @@ const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
 /// `CU_POINTER_ATTRIBUTE_BUFFER_ID` (HIP's has the same value): a number
 /// per allocation that a freed and re-allocated range does not keep.
 const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
-/// NVIDIA exports dma-bufs of 64 KiB aligned ranges only.
-pub const CUDA_EXPORT_ALIGN: u64 = 64 * 1024;
+/// The alignment of a range `cuMemGetHandleForAddressRange` (and HIP's)
+/// exports: the host's page size, as CUDA's documentation says. Driver 580
+/// on an H200 exported 4 KiB ranges at 4 KiB offsets of a 2 MiB allocation
+/// and refused one at 512 bytes
+/// (`tools/testing/fgds-gpurt/cuda-facts-580-h200.json`).
+pub fn export_align() -> u64 {
+    crate::buffer::page_size() as u64
+}
 
 type FnInit = unsafe extern "C" fn(c_uint) -> c_int;
 type FnPtrAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;

@@ -16,8 +16,8 @@
 //! 2. `size >= reg_cache_min` (`FGDS_REG_CACHE_MIN`, 1 MiB): peer to peer
 //!    into a registration of the pointer's whole allocation
 //!    (`cuMemGetAddressRange`), made on the first such request and kept in
-//!    the cache ([`Route::Cached`]). The allocation must start on 64 KiB
-//!    (CUDA's export rule) and the range lie in its first 64 KiB multiple.
+//!    the cache ([`Route::Cached`]). The allocation must start on a page
+//!    (CUDA's export rule: host pages) and the range lie in its whole pages.
 //!    A smaller request on an allocation the cache holds already uses
 //!    that registration too (it costs nothing more).
 //! 3. Otherwise, or where 2 cannot be used: peer to peer into one of the
@@ -449,8 +449,8 @@ fn start_reaper() {
 
 /// The cached registration of the allocation holding `[dptr, dptr + size)`
 /// and `dptr`'s offset in it, made if there is none; `None` where the
-/// allocation cannot be registered whole (no buffer id, not 64 KiB
-/// aligned, the range past its last 64 KiB, refused by the driver).
+/// allocation cannot be registered whole (no buffer id, not page aligned,
+/// the range past its last whole page, refused by the driver).
 fn cached(
     rt: &Arc<Runtime>,
     mem: &DeviceMemory,
@@ -482,7 +482,7 @@ fn cached_or(
     if s.reg_cache_size == 0 {
         return None;
     }
-    let a = gpu::CUDA_EXPORT_ALIGN;
+    let a = gpu::export_align();
     let len = mem.size / a * a;
     if mem.base % a != 0 || len == 0 || dptr + size > mem.base + len {
         return None;

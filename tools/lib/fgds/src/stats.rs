@@ -28,14 +28,14 @@ use std::sync::Mutex;
 pub enum FallbackCause {
     /// The driver refused the registration with `EBUSY`: a BAR page of its
     /// range is in another registration already (two buffers of one
-    /// allocation whose 64 KiB-widened exports overlap).
+    /// allocation whose page-widened exports overlap).
     Busy,
     /// `EOPNOTSUPP`: the driver, the GPU or the platform cannot do peer to
     /// peer DMA for this memory or this file.
     NotSupported,
     /// No fgds node serves the GPU (the module is not loaded, the GPU not bound).
     NoDevice,
-    /// The range cannot be exported (CUDA's 64 KiB export rule: the widened
+    /// The range cannot be exported (CUDA's export rule, host pages: the widened
     /// range leaves the allocation).
     Misaligned,
     /// The file cannot be opened `O_DIRECT`, or the kernel refused an
@@ -102,7 +102,7 @@ impl FallbackCause {
     pub fn hint(self) -> &'static str {
         match self {
             FallbackCause::Busy => {
-                "another registration covers part of its 64 KiB-aligned range: register the \
+                "another registration covers part of its page-aligned range: register the \
                  whole allocation once instead of pieces of it, or leave it unregistered (the \
                  library's staging pool serves it peer to peer)"
             }
@@ -114,7 +114,7 @@ impl FallbackCause {
                 "load the fgds module and bind the GPU (`fgds check` lists the nodes)"
             }
             FallbackCause::Misaligned => {
-                "register a range that starts and ends on 64 KiB inside its allocation, or \
+                "register a range whose first and last pages lie inside its allocation, or \
                  leave it unregistered"
             }
             FallbackCause::NoDirect => {
