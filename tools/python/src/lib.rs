@@ -690,6 +690,7 @@ fn gpucache_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("cache_registrations", c.cache_registrations)?;
     d.set_item("cache_stale", c.cache_stale)?;
     d.set_item("cache_evicted", c.cache_evicted)?;
+    d.set_item("cache_full", c.cache_full)?;
     d.set_item("cache_entries", c.cache_entries)?;
     d.set_item("cache_bytes", c.cache_bytes)?;
     Ok(d)

@@ -36,6 +36,7 @@ pub fn default_cache() -> fgds::gpucache::Settings {
         per_buffer_size: DEFAULT_PER_BUFFER_CACHE_SIZE,
         reg_cache_size: DEFAULT_REG_CACHE_SIZE,
         reg_cache_min: DEFAULT_REG_CACHE_MIN,
+        reg_cache_window: DEFAULT_REG_CACHE_WINDOW,
     }
 }
 
@@ -271,6 +272,9 @@ pub fn apply_env(s: &mut Settings, env: &fgds::env::Env) -> Result<(), ConfigErr
     }
     if env.is_set("FGDS_REG_CACHE_MIN") {
         s.cache.reg_cache_min = env.reg_cache_min;
+    }
+    if env.is_set("FGDS_REG_CACHE_WINDOW") {
+        s.cache.reg_cache_window = env.reg_cache_window;
     }
     if s.cache.device_cache_size % s.cache.per_buffer_size != 0 {
         let pb = s.cache.per_buffer_size;

@@ -133,6 +133,7 @@ pub struct fgds_gpucache_counters {
     pub cache_evicted: u64,
     pub cache_entries: u64,
     pub cache_bytes: u64,
+    pub cache_full: u64,
 }
 
 /// `struct fgds_io_params`.
@@ -773,6 +774,7 @@ pub unsafe extern "C" fn fgds_gpucache_counters(out: *mut fgds_gpucache_counters
         cache_registrations: c.cache_registrations,
         cache_stale: c.cache_stale,
         cache_evicted: c.cache_evicted,
+        cache_full: c.cache_full,
         cache_entries: c.cache_entries,
         cache_bytes: c.cache_bytes,
     };

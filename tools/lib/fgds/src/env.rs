@@ -104,7 +104,12 @@ pub const VARS: &[Var] = &[
     Var {
         name: "FGDS_REG_CACHE_SIZE",
         default: "4G",
-        meaning: "bytes of whole-allocation registrations the library keeps for I/O on GPU memory the caller never registered (evicted least recently used first; at most 64 allocations): a size, a multiple of 4096; 0: no cache",
+        meaning: "bytes of registrations the library keeps for I/O on GPU memory the caller never registered (at most 64; one not used for 5 s makes room, least recently used first; while none can, a miss goes to the staging pool): a size, a multiple of 4096; 0: no cache",
+    },
+    Var {
+        name: "FGDS_REG_CACHE_WINDOW",
+        default: "64M",
+        meaning: "the most bytes one registration of that cache covers: an allocation up to this size is registered whole, a larger one in windows of this size (from its start) as requests reach them: a size, a multiple of 4096",
     },
     Var {
         name: "FGDS_REG_CACHE_MIN",
@@ -133,6 +138,8 @@ pub const DEFAULT_REG_CACHE_SIZE: u64 = 4 << 30;
 /// Requests of at least this many bytes use the registration cache
 /// ([`crate::gpucache`] says how it was chosen).
 pub const DEFAULT_REG_CACHE_MIN: usize = 1 << 20;
+/// The most bytes one cached registration covers ([`crate::gpucache`]).
+pub const DEFAULT_REG_CACHE_WINDOW: u64 = 64 << 20;
 
 /// Oldest and newest cuFile version (`1000 * major + 10 * minor`) that
 /// libcufile can present.
@@ -212,6 +219,8 @@ pub struct Env {
     pub reg_cache_size: u64,
     /// `FGDS_REG_CACHE_MIN`.
     pub reg_cache_min: usize,
+    /// `FGDS_REG_CACHE_WINDOW`.
+    pub reg_cache_window: u64,
     /// The variables that are set (not empty), with their values, in
     /// [`VARS`] order, then the [`ALIASES`] set.
     pub set: Vec<(&'static str, String)>,
@@ -301,6 +310,7 @@ impl Env {
             per_buffer_cache_size: DEFAULT_PER_BUFFER_CACHE_SIZE,
             reg_cache_size: DEFAULT_REG_CACHE_SIZE,
             reg_cache_min: DEFAULT_REG_CACHE_MIN,
+            reg_cache_window: DEFAULT_REG_CACHE_WINDOW,
             set: Vec::new(),
             errors: Vec::new(),
         };
@@ -413,6 +423,7 @@ impl Env {
                     _ => size(any),
                 }
                 .map(|n| e.reg_cache_size = n as u64),
+                "FGDS_REG_CACHE_WINDOW" => size(any).map(|n| e.reg_cache_window = n as u64),
                 "FGDS_REG_CACHE_MIN" => match parse_size(&val) {
                     Some(n) if n <= any => {
                         e.reg_cache_min = n as usize;

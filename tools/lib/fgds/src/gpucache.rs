@@ -1,5 +1,6 @@
 //! GPU memory the caller never registered: a per-GPU pool of registered
-//! staging buffers and a bounded cache of whole-allocation registrations,
+//! staging buffers and a bounded cache of registrations of allocations
+//! (whole, or in windows),
 //! so that such I/O never costs a registration (`FGDS_IOCTL_REG_BUFFER`,
 //! `mmap`, and on the way out `munmap` and `FGDS_IOCTL_UNREG_BUFFER`, 30 to
 //! 48 ms in the VM) per call. libcufile (`cuFileRead` on memory never given
@@ -14,12 +15,15 @@
 //! 1. No fgds node serves the pointer's GPU: the bounce path, as before
 //!    ([`Route::Bounce`]; nothing is registered).
 //! 2. `size >= reg_cache_min` (`FGDS_REG_CACHE_MIN`, 1 MiB): peer to peer
-//!    into a registration of the pointer's whole allocation
-//!    (`cuMemGetAddressRange`), made on the first such request and kept in
-//!    the cache ([`Route::Cached`]). The allocation must start on a page
-//!    (CUDA's export rule: host pages) and the range lie in its whole pages.
-//!    A smaller request on an allocation the cache holds already uses
-//!    that registration too (it costs nothing more).
+//!    into a registration of the pointer's allocation (`cuMemGetAddressRange`)
+//!    made on the first such request and kept in the cache
+//!    ([`Route::Cached`]): the whole allocation up to `FGDS_REG_CACHE_WINDOW`
+//!    (64 MiB), else the window of that size (counted from the allocation's
+//!    start) that holds the request; a request across a window's end is one
+//!    request per window. The allocation must start on a page (CUDA's export
+//!    rule: host pages) and the range lie in its whole pages. A smaller
+//!    request on a window the cache holds already uses that registration
+//!    too (it costs nothing more).
 //! 3. Otherwise, or where 2 cannot be used: peer to peer into one of the
 //!    GPU's staging buffers (`per_buffer_cache_size`, 1 MiB each, allocated
 //!    and registered once, up to `max_device_cache_size`, 128 MiB per GPU:
@@ -62,12 +66,20 @@
 //!
 //! # The cache's bounds
 //!
-//! An entry is keyed by the allocation (runtime, context, base, size) and
-//! its buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`, which a freed and
-//! re-allocated range does not keep): a request on a range freed and
-//! allocated again never uses the old registration; it drops it. At most
-//! [`REG_CACHE_ENTRIES`] allocations and `FGDS_REG_CACHE_SIZE` bytes (4 GiB)
-//! are kept, the least recently used evicted first. A thread checks every
+//! An entry is keyed by the allocation (runtime, context, base, size), the
+//! window registered, and the allocation's buffer id
+//! (`CU_POINTER_ATTRIBUTE_BUFFER_ID`, which a freed and re-allocated range
+//! does not keep: CUDA 13 hands a freed address out again at once, with a
+//! new id, while the old memory stays behind an open dma-buf): a request on
+//! a range freed and allocated again never uses the old registration; it
+//! drops it. One entry registers at most `FGDS_REG_CACHE_WINDOW` bytes (a
+//! 1 MiB read into a 40 GiB tensor registers 64 MiB, not 40 GiB). At most
+//! [`REG_CACHE_ENTRIES`] entries and `FGDS_REG_CACHE_SIZE` bytes (4 GiB) are
+//! kept. A full cache makes room only by dropping entries no request used
+//! for [`REG_CACHE_IDLE`], least recently used first; while it cannot, a
+//! miss is not registered ([`Counters::cache_full`]) and goes to the
+//! staging pool, so a working set larger than the cache costs no
+//! registration per pass. A thread checks every
 //! [`REG_CACHE_CHECK`] that each cached allocation still has its buffer id
 //! and drops those freed: freed GPU memory stays registered (and, behind
 //! its dma-buf, allocated) at most that long plus a request still using it.
@@ -89,6 +101,12 @@ use std::time::{Duration, Instant};
 pub const REG_CACHE_ENTRIES: usize = 64;
 /// How often the cache's thread drops the registrations of freed memory.
 pub const REG_CACHE_CHECK: Duration = Duration::from_millis(500);
+/// A full cache makes room only by dropping a registration no request used
+/// for this long; while none has been idle that long, a miss is not cached
+/// (the staging pool serves it), so that a working set larger than the
+/// cache does not re-register on every pass. A registration of a window
+/// costs milliseconds; one unused for 5 s is fair game.
+pub const REG_CACHE_IDLE: Duration = Duration::from_secs(5);
 
 /// The sizes of the pool and the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +119,9 @@ pub struct Settings {
     pub reg_cache_size: u64,
     /// Synchronous requests of at least this many bytes use the cache.
     pub reg_cache_min: usize,
+    /// The most bytes one cached registration covers: a window of a larger
+    /// allocation.
+    pub reg_cache_window: u64,
 }
 
 impl Settings {
@@ -112,6 +133,7 @@ impl Settings {
             per_buffer_size: e.per_buffer_cache_size,
             reg_cache_size: e.reg_cache_size,
             reg_cache_min: e.reg_cache_min,
+            reg_cache_window: e.reg_cache_window,
         }
     }
 
@@ -120,6 +142,12 @@ impl Settings {
         if pb == 0 || pb % 4096 != 0 || pb > crate::config::MAX_RW_COUNT {
             return Err(Error::InvalidArgument(format!(
                 "per-buffer cache size {pb} must be a non-zero multiple of 4096 up to 2 GiB - 4 KiB"
+            )));
+        }
+        let w = self.reg_cache_window;
+        if w == 0 || w % 4096 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "registration cache window {w} must be a non-zero multiple of 4096"
             )));
         }
         if self.device_cache_size % pb != 0 {
@@ -198,6 +226,9 @@ pub struct Counters {
     pub cache_stale: u64,
     /// Registrations it dropped to stay within its bounds, or for a caller's own.
     pub cache_evicted: u64,
+    /// Misses it did not register because it was full of registrations in
+    /// use ([`REG_CACHE_IDLE`]).
+    pub cache_full: u64,
     /// Allocations cached now.
     pub cache_entries: u64,
     /// Bytes registered in the cache now.
@@ -214,6 +245,7 @@ static HITS: AtomicU64 = AtomicU64::new(0);
 static CACHE_REGS: AtomicU64 = AtomicU64::new(0);
 static STALE: AtomicU64 = AtomicU64::new(0);
 static EVICTED: AtomicU64 = AtomicU64::new(0);
+static FULL: AtomicU64 = AtomicU64::new(0);
 
 /// The counters now.
 pub fn counters() -> Counters {
@@ -232,6 +264,7 @@ pub fn counters() -> Counters {
         cache_registrations: CACHE_REGS.load(Ordering::Relaxed),
         cache_stale: STALE.load(Ordering::Relaxed),
         cache_evicted: EVICTED.load(Ordering::Relaxed),
+        cache_full: FULL.load(Ordering::Relaxed),
         cache_entries: entries,
         cache_bytes: bytes,
     }
@@ -239,7 +272,8 @@ pub fn counters() -> Counters {
 
 // ------------------------------------------------------------------ cache
 
-/// An allocation, as the runtime names it.
+/// A registered range: the allocation, as the runtime names it, and the
+/// window of it registered (`[base + off, base + off + len)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     cuda: bool,
@@ -247,25 +281,50 @@ pub(crate) struct Key {
     ordinal: i32,
     base: u64,
     size: u64,
+    off: u64,
+    len: u64,
 }
 
 impl Key {
+    /// The whole allocation (to drop every registration of it).
     fn of(rt: &Runtime, mem: &DeviceMemory) -> Key {
+        Key::window(rt, mem, 0, mem.size)
+    }
+
+    fn window(rt: &Runtime, mem: &DeviceMemory, off: u64, len: u64) -> Key {
         Key {
             cuda: rt.kind() == Kind::Cuda,
             ctx: mem.ctx,
             ordinal: mem.ordinal,
             base: mem.base,
             size: mem.size,
+            off,
+            len,
         }
     }
 
     fn overlaps(&self, other: &Key) -> bool {
+        let (a, b) = (self.base + self.off, other.base + other.off);
         self.cuda == other.cuda
             && self.ordinal == other.ordinal
-            && self.base < other.base + other.size
-            && other.base < self.base + self.size
+            && a < b + other.len
+            && b < a + self.len
     }
+}
+
+/// The window of an allocation of `alloc_len` registrable bytes that a
+/// cached registration for `[at, at + size)` (offsets in the allocation)
+/// covers: the whole allocation up to `window` bytes, else the window of
+/// `window` bytes (counted from the allocation's start) holding `at`.
+/// `None` where the request crosses that window's end.
+pub(crate) fn window_of(alloc_len: u64, at: u64, size: u64, window: u64) -> Option<(u64, u64)> {
+    let (off, len) = if alloc_len <= window {
+        (0, alloc_len)
+    } else {
+        let off = at / window * window;
+        (off, window.min(alloc_len - off))
+    };
+    (at >= off && at + size <= off + len).then_some((off, len))
 }
 
 struct Entry<V> {
@@ -276,6 +335,7 @@ struct Entry<V> {
     value: Option<V>,
     bytes: u64,
     last_use: u64,
+    used_at: Instant,
 }
 
 /// What a lookup found.
@@ -326,6 +386,7 @@ impl<V: Clone> RegCache<V> {
             }
             if e.key == *key {
                 e.last_use = self.tick;
+                e.used_at = Instant::now();
                 return Lookup::Hit(e.value.clone());
             }
             i += 1;
@@ -333,41 +394,48 @@ impl<V: Clone> RegCache<V> {
         Lookup::Miss(stale)
     }
 
-    /// Adds an entry of `bytes` and removes the least recently used ones
-    /// until at most `max_bytes` and the entry bound are held (the new one
-    /// stays, even alone above `max_bytes`); returns what was removed.
-    pub(crate) fn insert(
+    /// Makes room for one more entry of `bytes` within the entry bound and
+    /// `max_bytes`, dropping the least recently used entries not used since
+    /// `idle_since`: what was dropped, or `None` (nothing dropped) where
+    /// that is not enough. An empty cache always takes one entry, even one
+    /// above `max_bytes`.
+    pub(crate) fn admit(
         &mut self,
-        key: Key,
-        id: u64,
-        value: Option<V>,
         bytes: u64,
         max_bytes: u64,
-    ) -> Vec<V> {
+        idle_since: Instant,
+    ) -> Option<Vec<V>> {
+        let fits = |n: usize, b: u64| n == 0 || (n < self.max_entries && b + bytes <= max_bytes);
+        let mut idle: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.entries[i].used_at <= idle_since)
+            .collect();
+        idle.sort_by_key(|&i| self.entries[i].last_use);
+        let (mut n, mut b, mut k) = (self.entries.len(), self.bytes, 0);
+        while !fits(n, b) {
+            let &i = idle.get(k)?;
+            n -= 1;
+            b -= self.entries[i].bytes;
+            k += 1;
+        }
+        let mut drop: Vec<usize> = idle[..k].to_vec();
+        drop.sort_unstable_by(|a, b| b.cmp(a)); // swap_remove from the end first
+        Some(drop.into_iter().filter_map(|i| self.take(i)).collect())
+    }
+
+    /// Adds an entry of `bytes` (after [`RegCache::admit`] made room);
+    /// returns the entries it replaces (those overlapping its range).
+    pub(crate) fn insert(&mut self, key: Key, id: u64, value: Option<V>, bytes: u64) -> Vec<V> {
         self.tick += 1;
-        let mut out = self.remove_overlapping(&key);
+        let out = self.remove_overlapping(&key);
         self.entries.push(Entry {
             key,
             id,
             value,
             bytes,
             last_use: self.tick,
+            used_at: Instant::now(),
         });
         self.bytes += bytes;
-        while self.entries.len() > 1
-            && (self.entries.len() > self.max_entries || self.bytes > max_bytes)
-        {
-            let Some((i, _)) = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.last_use != self.tick)
-                .min_by_key(|(_, e)| e.last_use)
-            else {
-                break;
-            };
-            out.extend(self.take(i));
-        }
         out
     }
 
@@ -447,10 +515,12 @@ fn start_reaper() {
     });
 }
 
-/// The cached registration of the allocation holding `[dptr, dptr + size)`
-/// and `dptr`'s offset in it, made if there is none; `None` where the
-/// allocation cannot be registered whole (no buffer id, not page aligned,
-/// the range past its last whole page, refused by the driver).
+/// The cached registration of the window of the allocation holding
+/// `[dptr, dptr + size)` ([`window_of`]) and `dptr`'s offset in it, made if
+/// there is none; `None` where it cannot be registered (no buffer id, not
+/// page aligned, the range past its last whole page or across the window's
+/// end, refused by the driver) or the cache is full of registrations in
+/// use.
 fn cached(
     rt: &Arc<Runtime>,
     mem: &DeviceMemory,
@@ -483,16 +553,19 @@ fn cached_or(
         return None;
     }
     let a = gpu::export_align();
-    let len = mem.size / a * a;
-    if mem.base % a != 0 || len == 0 || dptr + size > mem.base + len {
+    let alloc_len = mem.size / a * a;
+    let window = s.reg_cache_window.div_ceil(a) * a;
+    if mem.base % a != 0 || alloc_len == 0 || dptr < mem.base {
         return None;
     }
+    let (off, len) = window_of(alloc_len, dptr - mem.base, size, window)?;
     let id = rt.buffer_id(dptr).ok()?;
-    let key = Key::of(rt, mem);
+    let key = Key::window(rt, mem, off, len);
+    let start = mem.base + off;
     let hit = |v: Option<Cached>| {
         v.map(|c| {
             HITS.fetch_add(1, Ordering::Relaxed);
-            (c.buf, (dptr - mem.base) as usize)
+            (c.buf, (dptr - start) as usize)
         })
     };
     let stale = match cache()
@@ -516,7 +589,22 @@ fn cached_or(
     {
         return hit(v);
     }
-    let value = match Buffer::from_gpu_uncached(rt.clone(), mem.base, len) {
+    start_reaper();
+    let idle_since = Instant::now()
+        .checked_sub(REG_CACHE_IDLE)
+        .unwrap_or_else(Instant::now);
+    let Some(out) =
+        cache()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(len, s.reg_cache_size, idle_since)
+    else {
+        FULL.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
+    drop(out); // munmap and UNREG, with no lock held
+    let value = match Buffer::from_gpu_uncached(rt.clone(), start, len) {
         Ok(b) if b.is_p2p() => {
             CACHE_REGS.fetch_add(1, Ordering::Relaxed);
             Some(Cached {
@@ -527,17 +615,14 @@ fn cached_or(
         _ => None,
     };
     let bytes = if value.is_some() { len } else { 0 };
-    start_reaper();
-    let out = cache().lock().unwrap_or_else(|p| p.into_inner()).insert(
-        key,
-        id,
-        value.clone(),
-        bytes,
-        s.reg_cache_size,
-    );
+    let out =
+        cache()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, id, value.clone(), bytes);
     EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
     drop(out);
-    value.map(|c| (c.buf, (dptr - mem.base) as usize))
+    value.map(|c| (c.buf, (dptr - start) as usize))
 }
 
 /// Drops the cache's registrations of the allocation of `mem`: before a
@@ -902,6 +987,8 @@ fn route_of(b: &Buffer) -> Route {
     Route::Bounce
 }
 
+/// A synchronous request; `large`: whether it may register its window (the
+/// whole request, before a split across windows, is `reg_cache_min` or more).
 fn io(
     file: &FileHandle,
     rt: &Arc<Runtime>,
@@ -909,6 +996,7 @@ fn io(
     dptr: u64,
     size: usize,
     file_off: u64,
+    large: Option<bool>,
 ) -> Result<(usize, Route)> {
     if size == 0 {
         return Ok((0, Route::Staged));
@@ -928,10 +1016,36 @@ fn io(
         return run(&b, 0).map(|n| (n, route));
     }
     let s = settings();
+    let large = large.unwrap_or(size >= s.reg_cache_min);
+    // A request across a window's end of an allocation larger than one
+    // window: a request per window, each counted, each as large as the
+    // whole.
+    let a = gpu::export_align();
+    let window = s.reg_cache_window.div_ceil(a) * a;
+    let at = dptr - mem.base;
+    let window_end = (at / window + 1) * window;
+    if s.reg_cache_size > 0 && mem.size > window && at + size as u64 > window_end {
+        let first = (window_end - at) as usize;
+        let (n, route) = io(file, rt, write, dptr, first, file_off, Some(large))?;
+        if n < first {
+            return Ok((n, route));
+        }
+        let (rest, at) = (size - first, dptr + first as u64);
+        let (m, route) = io(
+            file,
+            rt,
+            write,
+            at,
+            rest,
+            file_off + first as u64,
+            Some(large),
+        )?;
+        return Ok((n + m, route));
+    }
     let mut tried_cache = false;
     // From the threshold on, the allocation is registered if it is not
     // yet; below it, its registration is used only if it exists already.
-    let found = if size >= s.reg_cache_min {
+    let found = if large {
         tried_cache = true;
         cached(rt, &mem, dptr, size as u64)
     } else {
@@ -967,7 +1081,7 @@ pub fn read(
     size: usize,
     file_off: u64,
 ) -> Result<(usize, Route)> {
-    io(file, rt, false, dptr, size, file_off)
+    io(file, rt, false, dptr, size, file_off, None)
 }
 
 /// Writes `size` bytes of GPU memory at `dptr` that the caller did not
@@ -979,7 +1093,7 @@ pub fn write(
     size: usize,
     file_off: u64,
 ) -> Result<(usize, Route)> {
-    io(file, rt, true, dptr, size, file_off)
+    io(file, rt, true, dptr, size, file_off, None)
 }
 
 #[cfg(test)]
@@ -993,6 +1107,8 @@ mod tests {
             ordinal: 0,
             base,
             size,
+            off: 0,
+            len: size,
         }
     }
 
@@ -1003,13 +1119,20 @@ mod tests {
         }
     }
 
+    /// Admitted within `max_bytes` with nothing idle, then inserted.
+    fn add(c: &mut RegCache<u32>, k: Key, id: u64, v: Option<u32>, bytes: u64) -> Vec<u32> {
+        let mut out = c.admit(bytes, u64::MAX, Instant::now()).expect("room");
+        out.extend(c.insert(k, id, v, bytes));
+        out
+    }
+
     #[test]
     fn a_freed_and_reallocated_range_is_not_reused() {
         // The same base and size, as a range freed and allocated again
         // gets: another buffer id, so a miss that drops the old entry.
         let mut c = RegCache::new(8);
         let k = key(0x10_0000, 2 << 20);
-        assert!(c.insert(k, 7, Some(1), 2 << 20, u64::MAX).is_empty());
+        assert!(add(&mut c, k, 7, Some(1), 2 << 20).is_empty());
         assert_eq!(hit(&mut c, &k, 7), Some(1));
         match c.lookup(&k, 8) {
             Lookup::Miss(old) => assert_eq!(old, vec![1], "the stale registration comes out"),
@@ -1018,7 +1141,7 @@ mod tests {
         assert_eq!(c.entries.len(), 0);
         assert_eq!(c.bytes, 0);
         // A smaller allocation inside the old range: the old one goes too.
-        c.insert(k, 7, Some(1), 2 << 20, u64::MAX);
+        add(&mut c, k, 7, Some(1), 2 << 20);
         let inner = key(0x10_0000 + (1 << 20), 64 << 10);
         match c.lookup(&inner, 9) {
             Lookup::Miss(old) => assert_eq!(old, vec![1]),
@@ -1027,39 +1150,79 @@ mod tests {
     }
 
     #[test]
-    fn least_recently_used_goes_first_within_both_bounds() {
+    fn windows_of_one_allocation_are_apart() {
+        let mb = 1u64 << 20;
+        // Up to a window: the whole allocation, wherever the request lies.
+        assert_eq!(window_of(20 * mb, 3 * mb, mb, 64 * mb), Some((0, 20 * mb)));
+        // A 40 GiB allocation: the 64 MiB window of the request, not 40 GiB.
+        assert_eq!(
+            window_of(40 << 30, 100 * mb, mb, 64 * mb),
+            Some((64 * mb, 64 * mb))
+        );
+        // The last window is what is left.
+        assert_eq!(
+            window_of(100 * mb, 70 * mb, mb, 64 * mb),
+            Some((64 * mb, 36 * mb))
+        );
+        // Across a window's end: none (io() splits such a request).
+        assert_eq!(window_of(200 * mb, 63 * mb, 2 * mb, 64 * mb), None);
+        // Two windows of one allocation never overlap; a window and the
+        // whole allocation (a caller's own registration drops them all) do.
+        let w = |off, len| Key {
+            off,
+            len,
+            ..key(1 << 40, 200 * mb)
+        };
+        assert!(!w(0, 64 * mb).overlaps(&w(64 * mb, 64 * mb)));
+        assert!(w(64 * mb, 64 * mb).overlaps(&key(1 << 40, 200 * mb)));
+        let mut c = RegCache::new(8);
+        add(&mut c, w(0, 64 * mb), 1, Some(0), 64 * mb);
+        add(&mut c, w(64 * mb, 64 * mb), 1, Some(1), 64 * mb);
+        assert_eq!(hit(&mut c, &w(64 * mb, 64 * mb), 1), Some(1));
+        assert_eq!(hit(&mut c, &w(0, 64 * mb), 1), Some(0));
+        let mut gone = c.remove_overlapping(&key(1 << 40, 200 * mb));
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0, 1]);
+    }
+
+    #[test]
+    fn room_only_from_idle_entries_least_recently_used_first() {
         let mut c = RegCache::new(3);
         let ks: Vec<Key> = (0..4).map(|i| key((i + 1) << 30, 1 << 20)).collect();
         for (i, k) in ks.iter().take(3).enumerate() {
-            assert!(c
-                .insert(*k, i as u64, Some(i as u32), 1 << 20, u64::MAX)
-                .is_empty());
+            assert!(add(&mut c, *k, i as u64, Some(i as u32), 1 << 20).is_empty());
         }
+        // Full, and every entry used just now: no room, nothing dropped.
+        let long_ago = Instant::now() - Duration::from_secs(60);
+        assert!(c.admit(1 << 20, u64::MAX, long_ago).is_none());
+        assert_eq!(c.entries.len(), 3);
+        // All idle: the least recently used goes first.
         assert_eq!(hit(&mut c, &ks[0], 0), Some(0)); // 1 is now the oldest
-        assert_eq!(c.insert(ks[3], 3, Some(3), 1 << 20, u64::MAX), vec![1]);
+        let now = Instant::now();
+        assert_eq!(c.admit(1 << 20, u64::MAX, now), Some(vec![1]));
+        c.insert(ks[3], 3, Some(3), 1 << 20);
         assert_eq!(hit(&mut c, &ks[1], 1), None);
-        // The byte bound: 2 MiB of 1 MiB entries keeps the newest two.
-        let out = c.insert(key(9 << 30, 1 << 20), 9, Some(9), 1 << 20, 2 << 20);
-        assert_eq!(out.len(), 2);
-        assert_eq!(c.bytes, 2 << 20);
-        assert_eq!(hit(&mut c, &key(9 << 30, 1 << 20), 9), Some(9));
-        // A single entry above the byte bound stays (it is in use).
-        let mut one = RegCache::new(3);
-        assert!(one.insert(ks[0], 0, Some(0), 8 << 20, 1 << 20).is_empty());
-        assert_eq!(one.entries.len(), 1);
+        // The byte bound: room for 2 MiB within 3 MiB drops the two oldest.
+        let mut out = c.admit(2 << 20, 3 << 20, Instant::now()).expect("room");
+        out.sort_unstable();
+        assert_eq!(out, vec![0, 2]);
+        assert_eq!(c.bytes, 1 << 20);
+        // An empty cache takes one entry above the byte bound.
+        let mut one: RegCache<u32> = RegCache::new(3);
+        assert_eq!(one.admit(8 << 20, 1 << 20, long_ago), Some(vec![]));
     }
 
     #[test]
     fn negative_entries_overlap_removal_and_retain() {
         let mut c: RegCache<u32> = RegCache::new(8);
         let k = key(1 << 30, 1 << 20);
-        c.insert(k, 1, None, 0, u64::MAX);
+        add(&mut c, k, 1, None, 0);
         assert!(
             matches!(c.lookup(&k, 1), Lookup::Hit(None)),
             "known unregistrable"
         );
-        c.insert(key(2 << 30, 1 << 20), 2, Some(2), 1 << 20, u64::MAX);
-        c.insert(key(3 << 30, 1 << 20), 3, Some(3), 1 << 20, u64::MAX);
+        add(&mut c, key(2 << 30, 1 << 20), 2, Some(2), 1 << 20);
+        add(&mut c, key(3 << 30, 1 << 20), 3, Some(3), 1 << 20);
         assert_eq!(c.remove_overlapping(&key((2 << 30) + 4096, 4096)), vec![2]);
         // the reaper: an allocation whose id changed goes
         assert_eq!(
@@ -1163,6 +1326,7 @@ mod tests {
             per_buffer_size: 1 << 20,
             reg_cache_size: 0,
             reg_cache_min: 0,
+            reg_cache_window: 64 << 20,
         };
         assert!(ok.check().is_ok());
         assert!(Settings {

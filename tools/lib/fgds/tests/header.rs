@@ -64,6 +64,7 @@ fn header_layout_matches() {
         fgds_io_params => fgds_io_params { handle, opcode, cookie, file_offset, base, buf_offset, size, segments, nsegments }
         fgds_io_event => fgds_io_event { cookie, status, pad, result }
         fgds_fallbacks => fgds_fallbacks { busy, not_supported, no_device, misaligned, no_direct, asked, other }
+        fgds_gpucache_counters => fgds_gpucache_counters { registrations, unregistrations, staged, cached, uncached, pool_buffers, cache_hits, cache_registrations, cache_stale, cache_evicted, cache_entries, cache_bytes, cache_full }
     };
     let (cbody, cwant) = c_consts!(
         FGDS_CONFIG_STRICT = FGDS_CONFIG_STRICT,
