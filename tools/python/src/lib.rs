@@ -155,15 +155,108 @@ fn cai_range(cai: &Bound<'_, PyAny>) -> PyResult<(u64, usize, bool)> {
     Ok((ptr, size, ro))
 }
 
-/// GPU memory of an object that is not an `fgds.Buffer` (a CUDA array):
-/// `(pointer, bytes, read-only)`, for I/O through the library's staging
-/// pool and registration cache (`fgds::gpucache`) instead of a registration
-/// per call.
-fn unregistered_gpu(obj: &Bound<'_, PyAny>) -> PyResult<Option<(u64, usize, bool)>> {
-    if obj.downcast::<Buffer>().is_ok() || !obj.hasattr("__cuda_array_interface__")? {
+/// GPU memory of an object that is not an `fgds.Buffer`: a CUDA array
+/// (`__cuda_array_interface__`) or a DLPack tensor on a CUDA or ROCm device.
+struct GpuRange {
+    ptr: u64,
+    len: usize,
+    readonly: bool,
+    hip: bool,
+    /// What keeps the memory alive and in place: the object (and the DLPack
+    /// capsule).
+    owner: PyObject,
+}
+
+/// The GPU memory of `obj` when it is not an `fgds.Buffer`, for I/O through
+/// the library's staging pool and registration cache (`fgds::gpucache`)
+/// instead of a registration per call.
+fn unregistered_gpu(obj: &Bound<'_, PyAny>) -> PyResult<Option<GpuRange>> {
+    if obj.downcast::<Buffer>().is_ok() {
         return Ok(None);
     }
-    cai_range(&obj.getattr("__cuda_array_interface__")?).map(Some)
+    if obj.hasattr("__cuda_array_interface__")? {
+        let (ptr, len, readonly) = cai_range(&obj.getattr("__cuda_array_interface__")?)?;
+        return Ok(Some(GpuRange {
+            ptr,
+            len,
+            readonly,
+            hip: false,
+            owner: obj.clone().unbind(),
+        }));
+    }
+    if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
+        let dev: (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
+        if dev.0 == DL_CUDA || dev.0 == DL_ROCM {
+            let (ptr, len, _, owner) = dlpack_range(obj)?;
+            return Ok(Some(GpuRange {
+                ptr,
+                len,
+                readonly: false,
+                hip: dev.0 == DL_ROCM,
+                owner,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// A DLPack tensor's memory: `(pointer, bytes, device type, owner)`, the
+/// owner holding the object and its capsule.
+fn dlpack_range(obj: &Bound<'_, PyAny>) -> PyResult<(u64, usize, i32, PyObject)> {
+    let cap = obj.call_method0("__dlpack__")?;
+    // SAFETY: GIL held; the capsule name is checked by GetPointer.
+    let p = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), c"dltensor".as_ptr()) };
+    if p.is_null() {
+        return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
+            PyTypeError::new_err("__dlpack__ did not return a dltensor capsule")
+        }));
+    }
+    // SAFETY: a "dltensor" capsule points to a DLManagedTensor whose
+    // first member is the DLTensor; it stays valid while the capsule
+    // (kept in the owner) lives.
+    let t = unsafe { &*(p as *const DLTensor) };
+    let ndim = t.ndim.max(0) as usize;
+    // SAFETY: shape/strides have ndim entries (strides may be NULL).
+    let shape: Vec<usize> = (0..ndim)
+        .map(|i| unsafe { *t.shape.add(i) } as usize)
+        .collect();
+    let strides: Option<Vec<isize>> = if t.strides.is_null() {
+        None
+    } else {
+        // SAFETY: see above.
+        Some(
+            (0..ndim)
+                .map(|i| unsafe { *t.strides.add(i) } as isize)
+                .collect(),
+        )
+    };
+    let bits = usize::from(t.dtype.bits) * usize::from(t.dtype.lanes.max(1));
+    if bits % 8 != 0 {
+        return Err(PyValueError::new_err(
+            "sub-byte DLPack dtypes are not supported",
+        ));
+    }
+    let itemsize = bits / 8;
+    // DLPack strides are in elements.
+    check_contiguous(
+        &shape,
+        strides
+            .as_ref()
+            .map(|s| s.iter().map(|x| x * itemsize as isize).collect::<Vec<_>>())
+            .as_deref(),
+        itemsize as isize,
+    )?;
+    let size = shape.iter().product::<usize>() * itemsize;
+    let ptr = t.data as u64 + t.byte_offset;
+    if size == 0 || ptr == 0 {
+        return Err(PyValueError::new_err(
+            "cannot register an empty DLPack tensor",
+        ));
+    }
+    let owner = PyTuple::new(obj.py(), [obj.clone(), cap.clone()])?
+        .into_any()
+        .unbind();
+    Ok((ptr, size, t.device.device_type, owner))
 }
 
 impl Buffer {
@@ -225,62 +318,10 @@ impl Buffer {
     }
 
     fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Buffer> {
-        let cap = obj.call_method0("__dlpack__")?;
-        // SAFETY: GIL held; the capsule name is checked by GetPointer.
-        let p = unsafe { pyo3::ffi::PyCapsule_GetPointer(cap.as_ptr(), c"dltensor".as_ptr()) };
-        if p.is_null() {
-            return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
-                PyTypeError::new_err("__dlpack__ did not return a dltensor capsule")
-            }));
-        }
-        // SAFETY: a "dltensor" capsule points to a DLManagedTensor whose
-        // first member is the DLTensor; it stays valid while the capsule
-        // (kept in `owner`) lives.
-        let t = unsafe { &*(p as *const DLTensor) };
-        let ndim = t.ndim.max(0) as usize;
-        // SAFETY: shape/strides have ndim entries (strides may be NULL).
-        let shape: Vec<usize> = (0..ndim)
-            .map(|i| unsafe { *t.shape.add(i) } as usize)
-            .collect();
-        let strides: Option<Vec<isize>> = if t.strides.is_null() {
-            None
-        } else {
-            // SAFETY: see above.
-            Some(
-                (0..ndim)
-                    .map(|i| unsafe { *t.strides.add(i) } as isize)
-                    .collect(),
-            )
-        };
-        let bits = usize::from(t.dtype.bits) * usize::from(t.dtype.lanes.max(1));
-        if bits % 8 != 0 {
-            return Err(PyValueError::new_err(
-                "sub-byte DLPack dtypes are not supported",
-            ));
-        }
-        let itemsize = bits / 8;
-        // DLPack strides are in elements.
-        check_contiguous(
-            &shape,
-            strides
-                .as_ref()
-                .map(|s| s.iter().map(|x| x * itemsize as isize).collect::<Vec<_>>())
-                .as_deref(),
-            itemsize as isize,
-        )?;
-        let size = shape.iter().product::<usize>() * itemsize;
-        let ptr = t.data as u64 + t.byte_offset;
-        if size == 0 || ptr == 0 {
-            return Err(PyValueError::new_err(
-                "cannot register an empty DLPack tensor",
-            ));
-        }
-        let owner = PyTuple::new(obj.py(), [obj.clone(), cap.clone()])?
-            .into_any()
-            .unbind();
+        let (ptr, size, device_type, owner) = dlpack_range(obj)?;
         // GPU memory is registered (export, REG_BUFFER, mmap) without the GIL.
         let py = obj.py();
-        let b = match t.device.device_type {
+        let b = match device_type {
             DL_CUDA => py.allow_threads(|| RBuffer::from_cuda(ptr, size as u64)),
             DL_ROCM => py.allow_threads(|| RBuffer::from_hip(ptr, size as u64)),
             DL_CPU | DL_CUDA_HOST | DL_ROCM_HOST => {
@@ -397,24 +438,16 @@ impl Buffer {
 
     /// `Buffer.for_device(ptr, size, hip=False) -> (Buffer, offset)`: for
     /// `size` bytes of CUDA (or HIP) memory at `ptr` that the caller does not
-    /// register, the library's cached registration of its whole allocation
-    /// and `ptr`'s offset in it (`fgds::gpucache::buffer_for`: one
-    /// registration per allocation, kept by the library, none per call);
-    /// where that cannot be, a Buffer of the range alone (offset 0).
+    /// register, the library's cached registration of its allocation (whole
+    /// up to `FGDS_REG_CACHE_WINDOW`, else the window holding the range)
+    /// and `ptr`'s offset in it (`fgds::gpucache::buffer_for`: kept by the
+    /// library, none per call); where that cannot be, a Buffer of the range
+    /// alone (offset 0).
     /// `close()` lets go of this reference only.
     #[staticmethod]
     #[pyo3(signature = (ptr, size, hip=false))]
     fn for_device(py: Python<'_>, ptr: u64, size: usize, hip: bool) -> PyResult<(Buffer, usize)> {
-        let (b, off, _) = py
-            .allow_threads(|| {
-                let rt = if hip {
-                    fgds::gpu::Runtime::hip()
-                } else {
-                    fgds::gpu::Runtime::cuda()
-                }?;
-                fgds::gpucache::buffer_for(&rt, ptr, size)
-            })
-            .map_err(to_py)?;
+        let (b, off) = cached_gpu(py, hip, ptr, size)?;
         Ok((
             Buffer {
                 nbytes: b.len(),
@@ -616,27 +649,74 @@ impl Buffer {
     }
 }
 
-/// A Buffer (given, or wrapped around an arbitrary object) plus the fgds buffer.
+/// The memory of a request's buffer argument: the fgds buffer it lies in,
+/// where it starts there and its bytes, and what keeps it alive.
 struct Held {
     // Dropped before `py_buf`: a Buffer made for the call then holds the last reference to
     // the fgds buffer and lets it go without the GIL (Buffer's Drop).
     buf: Arc<RBuffer>,
-    py_buf: Py<Buffer>,
+    /// The object's first byte in `buf` (not 0 in a cached registration of its allocation).
+    base: usize,
+    /// The object's bytes.
+    len: usize,
+    /// The `fgds.Buffer`, or the object (and DLPack capsule) whose memory a
+    /// cached registration covers.
+    py_buf: PyObject,
 }
 
+const READ_ONLY: &str = "cannot read into a read-only buffer (e.g. bytes): pass a bytearray, a writable numpy array or fgds.Buffer.alloc()";
+
+/// The one resolver of a request's buffer argument: an `fgds.Buffer` as it
+/// is (a registration the caller made); GPU memory of another object (a CUDA
+/// array, a DLPack tensor) through the library's cached registration of its
+/// allocation (`fgds::gpucache::buffer_for`: no registration per call once
+/// the allocation's window is cached); host memory wrapped for the call.
 fn hold(obj: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Held> {
+    if let Some(g) = unregistered_gpu(obj)? {
+        if for_read && g.readonly {
+            return Err(PyValueError::new_err(READ_ONLY));
+        }
+        let (buf, base) = cached_gpu(obj.py(), g.hip, g.ptr, g.len)?;
+        return Ok(Held {
+            buf,
+            base,
+            len: g.len,
+            py_buf: g.owner,
+        });
+    }
     let py_buf: Py<Buffer> = match obj.downcast::<Buffer>() {
         Ok(b) => b.clone().unbind(),
         Err(_) => Py::new(obj.py(), Buffer::from_object(obj)?)?,
     };
     let b = py_buf.get();
     if for_read && b.readonly {
-        return Err(PyValueError::new_err(
-            "cannot read into a read-only buffer (e.g. bytes): pass a bytearray, a writable numpy array or fgds.Buffer.alloc()",
-        ));
+        return Err(PyValueError::new_err(READ_ONLY));
     }
     let buf = b.get()?;
-    Ok(Held { py_buf, buf })
+    Ok(Held {
+        len: buf.len(),
+        buf,
+        base: 0,
+        py_buf: py_buf.into_any(),
+    })
+}
+
+/// The GPU runtime: HIP's, else CUDA's.
+fn runtime(hip: bool) -> fgds::Result<Arc<fgds::gpu::Runtime>> {
+    if hip {
+        fgds::gpu::Runtime::hip()
+    } else {
+        fgds::gpu::Runtime::cuda()
+    }
+}
+
+/// The library's cached registration holding `size` bytes of GPU memory at
+/// `ptr` that the caller did not register, and `ptr`'s offset in it
+/// (`fgds::gpucache::buffer_for`), made without the GIL.
+fn cached_gpu(py: Python<'_>, hip: bool, ptr: u64, size: usize) -> PyResult<(Arc<RBuffer>, usize)> {
+    py.allow_threads(|| fgds::gpucache::buffer_for(&runtime(hip)?, ptr, size))
+        .map(|(b, off, _)| (b, off))
+        .map_err(to_py)
 }
 
 /// I/O on GPU memory that is not registered, without the GIL
@@ -655,11 +735,7 @@ fn gpu_io(
         return Err(PyValueError::new_err("size must be > 0"));
     }
     py.allow_threads(|| {
-        let rt = if hip {
-            fgds::gpu::Runtime::hip()
-        } else {
-            fgds::gpu::Runtime::cuda()
-        }?;
+        let rt = runtime(hip)?;
         if write {
             fgds::gpucache::write(f, &rt, ptr, size, file_offset)
         } else {
@@ -915,8 +991,17 @@ fn parse_segments(list: &Bound<'_, PyAny>, for_read: bool) -> PyResult<Segs> {
                 PyValueError::new_err(msg)
             }
         })?;
-        let size = size.unwrap_or(h.buf.len().saturating_sub(off));
-        ranges.push((off, size));
+        let size = size.unwrap_or(h.len.saturating_sub(off));
+        if off.checked_add(size).is_none_or(|end| end > h.len) {
+            return Err(os_err(
+                libc::ERANGE,
+                format!(
+                    "segment {i}: offset {off} + size {size} is past its {} bytes",
+                    h.len
+                ),
+            ));
+        }
+        ranges.push((h.base + off, size));
         held.push(h);
     }
     Ok((held, ranges))
@@ -1019,7 +1104,14 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<usize> {
         let f = self.get()?;
-        if let Some((ptr, len, ro)) = unregistered_gpu(buf)? {
+        if let Some(GpuRange {
+            ptr,
+            len,
+            readonly: ro,
+            hip,
+            ..
+        }) = unregistered_gpu(buf)?
+        {
             if ro {
                 return Err(PyValueError::new_err(
                     "cannot read into a read-only device array",
@@ -1030,16 +1122,16 @@ impl File {
                 py,
                 &f,
                 false,
-                false,
+                hip,
                 ptr + buf_offset as u64,
                 size,
                 file_offset,
             );
         }
         let h = hold(buf, true)?;
-        let size = check_range(h.buf.len(), buf_offset, size)?;
-        let b = h.buf.clone();
-        py.allow_threads(|| f.read(&b, buf_offset, size, file_offset))
+        let size = check_range(h.len, buf_offset, size)?;
+        let (b, off) = (h.buf.clone(), h.base + buf_offset);
+        py.allow_threads(|| f.read(&b, off, size, file_offset))
             .map_err(to_py)
     }
 
@@ -1054,22 +1146,22 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<usize> {
         let f = self.get()?;
-        if let Some((ptr, len, _)) = unregistered_gpu(buf)? {
+        if let Some(GpuRange { ptr, len, hip, .. }) = unregistered_gpu(buf)? {
             let size = check_range(len, buf_offset, size)?;
             return gpu_io(
                 py,
                 &f,
                 true,
-                false,
+                hip,
                 ptr + buf_offset as u64,
                 size,
                 file_offset,
             );
         }
         let h = hold(buf, false)?;
-        let size = check_range(h.buf.len(), buf_offset, size)?;
-        let b = h.buf.clone();
-        py.allow_threads(|| f.write(&b, buf_offset, size, file_offset))
+        let size = check_range(h.len, buf_offset, size)?;
+        let (b, off) = (h.buf.clone(), h.base + buf_offset);
+        py.allow_threads(|| f.write(&b, off, size, file_offset))
             .map_err(to_py)
     }
 
@@ -1293,18 +1385,20 @@ impl File {
         .map_err(to_py)
     }
 
-    /// The file, the buffer held for the request, and the request's size.
+    /// The file, the buffer held for the request, the request's size and
+    /// its offset in the held buffer.
     fn prepare(
         slf: &Bound<'_, Self>,
         buf: &Bound<'_, PyAny>,
         size: Option<usize>,
         buf_offset: usize,
         read: bool,
-    ) -> PyResult<(Arc<FileHandle>, Held, usize)> {
+    ) -> PyResult<(Arc<FileHandle>, Held, usize, usize)> {
         let f = slf.get().get()?;
         let h = hold(buf, read)?;
-        let size = check_range(h.buf.len(), buf_offset, size)?;
-        Ok((f, h, size))
+        let size = check_range(h.len, buf_offset, size)?;
+        let off = h.base + buf_offset;
+        Ok((f, h, size, off))
     }
 
     fn on_stream(
@@ -1316,7 +1410,7 @@ impl File {
         stream: usize,
         read: bool,
     ) -> PyResult<StreamFuture> {
-        let (f, h, size) = Self::prepare(slf, buf, size, buf_offset, read)?;
+        let (f, h, size, buf_offset) = Self::prepare(slf, buf, size, buf_offset, read)?;
         let b = h.buf.clone();
         // Without the GIL: the enqueue may wait for earlier requests to pass the stream (a full
         // stream), and other Python threads may go on meanwhile.
@@ -1337,7 +1431,7 @@ impl File {
             .map_err(to_py)?;
         Ok(StreamFuture {
             req,
-            _refs: vec![h.py_buf.into_any(), slf.clone().into_any().unbind()],
+            _refs: vec![h.py_buf, slf.clone().into_any().unbind()],
         })
     }
 
@@ -1349,7 +1443,7 @@ impl File {
         buf_offset: usize,
         read: bool,
     ) -> PyResult<Future> {
-        let (f, h, size) = Self::prepare(slf, buf, size, buf_offset, read)?;
+        let (f, h, size, buf_offset) = Self::prepare(slf, buf, size, buf_offset, read)?;
         let io = if read {
             f.read_async(h.buf.clone(), buf_offset, size, file_offset)
         } else {
@@ -1359,7 +1453,7 @@ impl File {
         Ok(Future {
             handle: Mutex::new(Some(io)),
             result: Mutex::new(None),
-            _refs: vec![h.py_buf.into_any(), slf.clone().into_any().unbind()],
+            _refs: vec![h.py_buf, slf.clone().into_any().unbind()],
         })
     }
 }
@@ -1615,10 +1709,10 @@ impl Batch {
                 (held, IoTarget::Vectored(segs))
             } else {
                 let h = hold(&bufobj, read)?;
-                let size = check_range(h.buf.len(), buf_off, size)?;
+                let size = check_range(h.len, buf_off, size)?;
                 let t = IoTarget::Plain {
                     buffer: h.buf.clone(),
-                    buf_off,
+                    buf_off: h.base + buf_off,
                     size,
                 };
                 (vec![h], t)

@@ -146,11 +146,19 @@ def gds_deregister_buffer(s):
 
 
 def _buffer_for(storage):
+    """``(buffer, offset, temporary)`` for I/O on ``storage``: its own
+    registration (gds_register_buffer), else for CUDA memory the library's
+    cached registration of its allocation (never one per call), else (CPU) a
+    Buffer for the call."""
     with _reg_lock:
         e = _registered.get(_key(storage))
     if e is not None and e[1] >= storage.nbytes():
-        return e[0], False
-    return _make_buffer(storage), True
+        return e[0], 0, False
+    if storage.device.type == "cuda":
+        hip = bool(_torch().version.hip)
+        buf, off = _fgds.Buffer.for_device(storage.data_ptr(), storage.nbytes(), hip)
+        return buf, off, True
+    return _make_buffer(storage), 0, True
 
 
 def _sync(storage):
@@ -234,15 +242,15 @@ class GdsFile:
                 raise _gds_error(call, e) from e
         else:
             try:
-                buf, temp = _buffer_for(storage)
+                buf, boff, temp = _buffer_for(storage)
             except (OSError, ValueError) as e:
                 raise _gds_error(call, e) from e
             _sync(storage)
             try:
                 if write:
-                    done = self.handle.pwrite(buf, n, offset, 0)
+                    done = self.handle.pwrite(buf, n, offset, boff)
                 else:
-                    done = self.handle.pread(buf, n, offset, 0)
+                    done = self.handle.pread(buf, n, offset, boff)
             except OSError as e:
                 raise _gds_error(call, e) from e
             finally:
@@ -272,10 +280,10 @@ class GdsFile:
 
     def _async(self, storage, offset, write):
         storage = _as_storage(storage)
-        buf, _ = _buffer_for(storage)  # a temporary Buffer lives as long as the Future
+        buf, boff, _ = _buffer_for(storage)  # a temporary Buffer lives as long as the Future
         _sync(storage)
         n = storage.nbytes()
-        return (self.handle.write_async if write else self.handle.read_async)(buf, n, offset, 0)
+        return (self.handle.write_async if write else self.handle.read_async)(buf, n, offset, boff)
 
     def load_storage_async(self, storage, offset=0):
         """Extra: like :meth:`load_storage`, returns an :class:`fgds.Future`
@@ -301,11 +309,11 @@ class GdsFile:
             for i, (s, off) in enumerate(zip(storages, offsets)):
                 if s.nbytes() == 0:
                     continue
-                buf, temp = _buffer_for(s)
+                buf, boff, temp = _buffer_for(s)
                 if temp:
                     temps.append(buf)
                 _sync(s)
-                reqs.append(("write" if write else "read", self.handle, buf, s.nbytes(), off, 0, i))
+                reqs.append(("write" if write else "read", self.handle, buf, s.nbytes(), off, boff, i))
             total = 0
             cap = 1024
             with _fgds.Batch(max(1, min(cap, len(reqs)))) as batch:

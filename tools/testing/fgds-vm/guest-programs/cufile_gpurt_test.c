@@ -168,15 +168,19 @@ TEST_F_TIMEOUT(cufile, read_and_write, 300)
 	all_p2p(_metadata, self, 2, 1);
 }
 
-TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
+static struct fgds_gpucache_counters counters(void);
+
+/*
+ * One batch of 8 reads of 1 MiB, to the fixture's memory at @round's
+ * offsets; every byte checked by the host.
+ */
+static void batch_round(struct __test_metadata *_metadata, FIXTURE_DATA(cufile) *self,
+			CUfileBatchHandle_t b, int round)
 {
 	CUfileIOParams_t p[8];
 	CUfileIOEvents_t ev[8];
-	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
-	CUfileBatchHandle_t b;
 	unsigned int got = 0, nr;
 
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSetUp(&b, 8).err);
 	memset(p, 0, sizeof(p));
 	for (int i = 0; i < 8; i++) {
 		p[i].mode = CUFILE_BATCH;
@@ -184,7 +188,7 @@ TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 		p[i].opcode = CUFILE_READ;
 		p[i].cookie = (void *)(long)(100 + i);
 		p[i].u.batch.devPtr_base = (void *)(uintptr_t)self->dptr;
-		p[i].u.batch.devPtr_offset = i * SZ_1M;
+		p[i].u.batch.devPtr_offset = ((i + round) % 8) * SZ_1M;
 		p[i].u.batch.file_offset = (7 - i) * SZ_1M;
 		p[i].u.batch.size = SZ_1M;
 	}
@@ -202,14 +206,35 @@ TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 		EXPECT_EQ(SZ_1M, ev[i].ret);
 	}
 	for (int i = 0; i < 8; i++)
-		guest_host_check(_metadata, SEED, self->bar_off + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+		guest_host_check(_metadata, SEED, self->bar_off + ((i + round) % 8) * SZ_1M, SZ_1M,
+				 (7 - i) * SZ_1M);
+}
+
+/* Two batches; on memory never registered, the second registers nothing. */
+TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
+{
+	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
+	struct fgds_gpucache_counters c0, c1;
+	CUfileBatchHandle_t b;
+
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSetUp(&b, 8).err);
+	batch_round(_metadata, self, b, 0);
+	c0 = counters();
+	batch_round(_metadata, self, b, 3);
+	c1 = counters();
 	cuFileBatchIODestroy(b);
+	TH_LOG("second batch: REG_BUFFER %llu, cached %llu, uncached %llu",
+	       (unsigned long long)(c1.registrations - c0.registrations),
+	       (unsigned long long)(c1.cached - c0.cached),
+	       (unsigned long long)(c1.uncached - c0.uncached));
+	EXPECT_EQ(c0.registrations, c1.registrations);
+	EXPECT_EQ(c0.uncached, c1.uncached);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
-	EXPECT_EQ(8, l1->batch_enqueued_ops.ok);
+	EXPECT_EQ(16, l1->batch_enqueued_ops.ok);
 	EXPECT_EQ(0, l1->batch_posix_enqueued_ops.ok);
-	EXPECT_EQ(1, l1->batch_p2p_submit_ops.ok);
-	EXPECT_EQ(8, l1->batch_complete_ops.ok);
-	EXPECT_EQ(LEN, l1->batch_read_bytes);
+	EXPECT_EQ(2, l1->batch_p2p_submit_ops.ok);
+	EXPECT_EQ(16, l1->batch_complete_ops.ok);
+	EXPECT_EQ(2 * LEN, l1->batch_read_bytes);
 }
 
 TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)

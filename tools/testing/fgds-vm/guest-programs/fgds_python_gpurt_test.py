@@ -24,6 +24,7 @@ Output: TAP. Needs the fgds VM (FGDS_GPU_BDF, FGDS_EXT4).
 """
 import ctypes
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -84,6 +85,14 @@ class CudaArray:
     def __init__(self, ptr, size):
         self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
                                          "data": (ptr, False), "version": 3}
+
+
+def batch_results(bt, n):
+    """The results of the n requests submitted to the batch bt: (tag, status, result)."""
+    out = []
+    while len(out) < n:
+        out += [ev for ev in bt.wait(n - len(out)) if ev[1] not in ("pending", "timeout")]
+    return out
 
 
 def setup(e):
@@ -206,13 +215,8 @@ def test_for_device_shares_the_cached_registration(e, cu, dptr, path):
             bufs.append((b, o))
         with fgds.Batch(4) as bt:
             bt.submit([("read", f, b, small, i * small, o, i) for i, (b, o) in enumerate(bufs)])
-            left = 4
-            while left:
-                for tag, status, res in bt.wait(left):
-                    if status in ("pending", "timeout"):
-                        continue
-                    left -= 1
-                    expect(status == "complete" and res == small, f"chunk {tag}: {status} {res}")
+            for tag, status, res in batch_results(bt, 4):
+                expect(status == "complete" and res == small, f"chunk {tag}: {status} {res}")
         c1 = fgds.gpucache_counters()
         for b, _ in bufs:
             b.close()
@@ -255,6 +259,135 @@ def test_hip_memory_without_registration_per_call(e, cu, dptr, path):
            f"routes: {c0} -> {c1}")
     cu.call("hipFree", ctypes.c_void_p(hs))
     cu.call("hipFree", ctypes.c_void_p(hp))
+
+
+def test_every_entry_point_without_registration_per_call(e, cu, dptr, path):
+    """CUDA arrays (not fgds.Buffer) given to read_async, read_on_stream,
+    readv and Batch (plain and vectored) all resolve to the library's
+    cached registration of their allocation: after one warm-up round, no
+    REG_BUFFER at all; every byte checked by the host."""
+    import fgds
+    a = cu.alloc(4 * MIB)
+    aoff = cu.bar_offset(a)
+    piece = 128 << 10
+    s = cu.stream()
+
+    def round_(r):
+        # (only the file's first MiB holds 0x77: the tests above wrote the second)
+        at = lambda k: a + ((r * 8 + k) % 32) * piece  # noqa: E731
+        fo = lambda k: ((r + k) % 6) * piece  # noqa: E731
+        checks = []
+        fut = f.read_async(CudaArray(at(0), piece), piece, file_offset=fo(0))
+        expect(fut.wait() == piece, "read_async: short")
+        checks.append((at(0), fo(0), piece))
+        sf = f.read_on_stream(CudaArray(at(1), piece), piece, file_offset=fo(1), stream=s.value)
+        cu.call("cuStreamSynchronize", s)
+        expect(sf.done() and sf.result() == piece, "read_on_stream: unfinished or short")
+        checks.append((at(1), fo(1), piece))
+        n = f.readv([CudaArray(at(2), piece), CudaArray(at(3), piece)], file_offset=fo(2))
+        expect(n == 2 * piece, f"readv: {n}")
+        checks += [(at(2), fo(2), piece), (at(3), fo(2) + piece, piece)]
+        with fgds.Batch(2) as bt:
+            bt.submit([("read", f, CudaArray(at(4), piece), piece, fo(4), 0, 0),
+                       ("read", f, [CudaArray(at(5), piece), CudaArray(at(6), piece)],
+                        2 * piece, fo(5), 0, 1)])
+            for tag, status, res in batch_results(bt, 2):
+                expect(status == "complete", f"batch {tag}: {status} {res}")
+        checks += [(at(4), fo(4), piece), (at(5), fo(5), piece), (at(6), fo(5) + piece, piece)]
+        for ptr, foff, n in checks:
+            ans = host_req("check", 0x77, aoff + ptr - a, n, foff)
+            expect(ans == "ok", f"host (round {r}, {ptr - a:#x}): {ans}")
+
+    with fgds.File(path, "r", strict=True) as f:
+        round_(0)
+        c0 = fgds.gpucache_counters()
+        for r in range(1, 5):
+            round_(r)
+        c1 = fgds.gpucache_counters()
+        st = f.stats()
+    print(f"# 4 rounds of 7 requests on CUDA arrays: REG_BUFFER {c1['registrations'] - c0['registrations']}, "
+          f"cached {c1['cached'] - c0['cached']}, uncached {c1['uncached'] - c0['uncached']}")
+    expect(c1["registrations"] == c0["registrations"], f"registered per call: {c0} -> {c1}")
+    expect(c1["uncached"] == c0["uncached"], f"a registration of its own: {c0} -> {c1}")
+    expect(st["bounce_bytes"] == 0, st)
+    cu.call("cuStreamDestroy_v2", s)
+    cu.call("cuMemFree_v2", ctypes.c_uint64(a))
+
+
+def pressure(e, path):
+    """--pressure, in a process of its own (the cache's bounds come from the
+    environment at first use): FGDS_REG_CACHE_SIZE=8M and
+    FGDS_REG_CACHE_WINDOW=2M, a working set of 8 windows (16 MiB) read over
+    and over. Prints the figures as "key value" lines."""
+    import fgds
+    cu = Cuda(e["FGDS_GPU_BDF"])
+    big = cu.alloc(16 * MIB)
+    allocs = [cu.alloc(8 * MIB) for _ in range(2)]
+    out = {}
+    with fgds.File(path, "r", strict=True) as f:
+        # A 1 MiB read into a 16 MiB allocation registers its 2 MiB window.
+        c0 = fgds.gpucache_counters()
+        expect(f.pread_device(big + 5 * MIB, MIB, 0) == MIB, "short")
+        c1 = fgds.gpucache_counters()
+        out["window_bytes"] = c1["cache_bytes"] - c0["cache_bytes"]
+        # A read across a window's end: one request per window.
+        expect(f.pread_device(big + 7 * MIB + MIB // 2, MIB, 0) == MIB, "short")
+        c2 = fgds.gpucache_counters()
+        out["across_cached"] = c2["cached"] - c1["cached"]
+        ans = host_req("check", 0x77, cu.bar_offset(big) + 7 * MIB + MIB // 2, MIB, 0)
+        expect(ans == "ok", f"host (across): {ans}")
+        # Those three entries idle past REG_CACHE_IDLE (5 s): room for new ones.
+        time.sleep(5.5)
+        # 8 windows, cache of 4: passes over them.
+        spots = [a + w * 2 * MIB for a in allocs for w in range(4)]
+        regs, ts = [], [time.monotonic()]
+        for p in range(5):
+            r0 = fgds.gpucache_counters()["registrations"]
+            for i, at in enumerate(spots):
+                expect(f.pread_device(at, MIB, 0) == MIB, "short")
+            regs.append(fgds.gpucache_counters()["registrations"] - r0)
+            ts.append(time.monotonic())
+        for i, at in enumerate(spots):
+            ans = host_req("check", 0x77, cu.bar_offset(at), MIB, 0)
+            expect(ans == "ok", f"host (spot {i}): {ans}")
+        c3 = fgds.gpucache_counters()
+    out["regs_per_pass"] = ",".join(map(str, regs))
+    out["cache_full"] = c3["cache_full"] - c2["cache_full"]
+    out["staged"] = c3["staged"] - c2["staged"]
+    # the first pass (registrations) apart from the four after it
+    out["first_pass_s"] = round(ts[1] - ts[0], 3)
+    out["mib_s"] = round(4 * len(spots) / (ts[5] - ts[1]), 1)
+    for k, v in out.items():
+        print(f"{k} {v}")
+
+
+def test_cache_bounds_hold_under_pressure(e, cu, dptr, path):
+    """The cache's bounds, in a process of its own with FGDS_REG_CACHE_SIZE=8M
+    and FGDS_REG_CACHE_WINDOW=2M (pressure()): a read registers its 2 MiB
+    window of a 16 MiB allocation; a read across a window's end is a
+    request per window; a working set of 8 windows over a cache of 4 costs
+    no registration after the first pass (the misses go to the staging
+    pool), where least-recently-used eviction would register 8 per pass.
+    Next to it, the same passes with no cache at all (staging pool only)."""
+    got = {}
+    for name, size in (("cache", "8M"), ("pool", "0")):
+        env = dict(os.environ, FGDS_REG_CACHE_SIZE=size, FGDS_REG_CACHE_WINDOW="2M")
+        # the parent holds the vfio device: the child opens it after the parent let go
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--pressure"], env=env,
+                           capture_output=True, text=True, timeout=600)
+        expect(r.returncode == 0, f"{name}: status {r.returncode}: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+        got[name] = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    c, p = got["cache"], got["pool"]
+    print(f"# cache of 4 x 2 MiB, 8 windows in use: REG per pass {c['regs_per_pass']}, "
+          f"{c['cache_full']} misses to the pool, first pass {c['first_pass_s']} s, then "
+          f"{c['mib_s']} MiB/s; pool only: REG per pass {p['regs_per_pass']}, first pass "
+          f"{p['first_pass_s']} s, then {p['mib_s']} MiB/s")
+    expect(c["window_bytes"] == str(2 * MIB), f"registered {c['window_bytes']} bytes for 1 MiB")
+    expect(c["across_cached"] == "2", f"a read across a window: {c['across_cached']} cached requests")
+    regs = [int(x) for x in c["regs_per_pass"].split(",")]
+    expect(sum(regs[1:]) == 0, f"registrations in passes 2-5: {regs}")
+    expect(regs[0] <= 4 + 2, f"first pass: {regs[0]} registrations for a cache of 4 (and the pool)")
+    expect(int(c["cache_full"]) >= 4 * 5, f"misses not cached: {c['cache_full']}")
 
 
 def bench(e, cu, dptr, path):
@@ -312,21 +445,37 @@ TESTS = [
     test_no_registration_per_call,
     test_for_device_shares_the_cached_registration,
     test_hip_memory_without_registration_per_call,
+    test_every_entry_point_without_registration_per_call,
 ]
 
 
 def main():
+    if "--pressure" in sys.argv:
+        e = {n: os.environ[n] for n in ("FGDS_GPU_BDF", "FGDS_EXT4")}
+        sys.path.insert(0, os.path.join(HERE, "python"))
+        pressure(e, os.path.join(e["FGDS_EXT4"], "fgds-python-gpurt"))
+        return 0
     print("TAP version 13")
-    print(f"1..{2 if BENCH else len(TESTS) + 1}")
+    print(f"1..{2 if BENCH else len(TESTS) + 2}")
     missing = [n for n in ("FGDS_GPU_BDF", "FGDS_EXT4") if not os.environ.get(n)]
     if missing:
-        for i in range(len(TESTS) + 1):
+        for i in range(len(TESTS) + 2):
             print(f"ok {i + 1} # SKIP {', '.join(missing)} not set: run in the fgds VM")
         return 0
     e = {n: os.environ[n] for n in ("FGDS_GPU_BDF", "FGDS_EXT4")}
     sys.path.insert(0, os.path.join(HERE, "python"))
+    failed = 0
     try:
         path = setup(e)
+        if not BENCH:
+            # before this process opens the GPU (one opener of its vfio group at a time)
+            try:
+                test_cache_bounds_hold_under_pressure(e, None, None, path)
+                pressure_result = "ok"
+            except Exception as ex:
+                failed += 1
+                pressure_result = "not ok\n" + "\n".join(
+                    "# " + line for line in (str(ex) if isinstance(ex, Fail) else traceback.format_exc()).splitlines())
         cu = Cuda(e["FGDS_GPU_BDF"])
         dptr = cu.alloc(4 * MIB)
         print(f"ok 1 import fgds ({sys.version.split()[0]}) and allocate with cuMemAlloc")
@@ -336,8 +485,8 @@ def main():
             print(f"# {line}")
         for i, t in enumerate(TESTS, 2):
             print(f"not ok {i} {t.__name__[5:]} # no set-up")
+        print(f"not ok {len(TESTS) + 2} cache_bounds_hold_under_pressure # no set-up")
         return 1
-    failed = 0
     if BENCH:
         try:
             bench(e, cu, dptr, path)
@@ -361,6 +510,10 @@ def main():
             for line in msg.splitlines():
                 print(f"# {line}")
         sys.stdout.flush()
+    head, _, rest = pressure_result.partition("\n")
+    print(f"{head} {len(TESTS) + 2} cache_bounds_hold_under_pressure")
+    if rest:
+        print(rest)
     os.unlink(path)
     return 1 if failed else 0
 
