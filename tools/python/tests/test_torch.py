@@ -48,14 +48,21 @@ def test_names_and_signatures_match_torch():
 def test_tutorial_unchanged_but_the_import(tmpdir_ext4):
     tutorial = os.path.join(os.path.dirname(__file__), "gds_tutorial.py")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    env = dict(os.environ, FGDS_TUTORIAL_DEVICE=dev)
+    # CPU storages are an opt-in (torch.cuda.gds refuses them)
+    env = dict(os.environ, FGDS_TUTORIAL_DEVICE=dev, FGDS_TORCH_HOST="1" if dev == "cpu" else "0")
     r = subprocess.run([sys.executable, tutorial], cwd=tmpdir_ext4, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "tutorial ok: bias, weight" in r.stdout, r.stdout
 
 
+@pytest.fixture
+def host_storages(monkeypatch):
+    """FGDS_TORCH_HOST=1: load_storage/save_storage take CPU storages."""
+    monkeypatch.setenv("FGDS_TORCH_HOST", "1")
+
+
 @pytest.mark.parametrize("dev", devices())
-def test_gdsfile_registers_its_handle_as_torch(tmpdir_ext4, dev):
+def test_gdsfile_registers_its_handle_as_torch(tmpdir_ext4, dev, host_storages):
     p = os.path.join(tmpdir_ext4, "g.bin")
     src = torch.randn(1 << 18, device=dev)
     f = ft.GdsFile(p, os.O_CREAT | os.O_RDWR)
@@ -87,7 +94,7 @@ def test_gdsfile_registers_its_handle_as_torch(tmpdir_ext4, dev):
 
 
 @pytest.mark.parametrize("dev", devices())
-def test_extras(tmpdir_ext4, dev):
+def test_extras(tmpdir_ext4, dev, host_storages):
     p = os.path.join(tmpdir_ext4, "x.bin")
     f = ft.GdsFile(p, os.O_CREAT | os.O_RDWR)
     src = torch.randn(1 << 18, device=dev)
@@ -104,7 +111,28 @@ def test_extras(tmpdir_ext4, dev):
     del f
 
 
-def test_errors_as_torch(tmpdir_ext4):
+def test_cpu_storages_only_when_asked(tmpdir_ext4, monkeypatch):
+    # torch.cuda.gds's load_storage and save_storage refuse a CPU storage
+    # (its CUDAGuard): so does fgds.torch, unless FGDS_TORCH_HOST=1.
+    p = os.path.join(tmpdir_ext4, "h.bin")
+    s = torch.arange(1024, dtype=torch.float32).untyped_storage()
+    monkeypatch.delenv("FGDS_TORCH_HOST", raising=False)
+    f = ft.GdsFile(p, os.O_CREAT | os.O_RDWR)
+    for call in (f.save_storage, f.load_storage):
+        with pytest.raises(RuntimeError, match="^Expected a cuda device, but got: cpu"):
+            call(s)
+    monkeypatch.setenv("FGDS_TORCH_HOST", "off")
+    with pytest.raises(RuntimeError, match="^Expected a cuda device"):
+        f.save_storage(s)
+    monkeypatch.setenv("FGDS_TORCH_HOST", "1")
+    f.save_storage(s)
+    d = torch.empty(1024, dtype=torch.float32)
+    f.load_storage(d.untyped_storage())
+    assert torch.equal(d, torch.arange(1024, dtype=torch.float32))
+    del f
+
+
+def test_errors_as_torch(tmpdir_ext4, host_storages):
     p = os.path.join(tmpdir_ext4, "e.bin")
     with open(p, "wb") as fh:
         fh.write(os.urandom(8192))
@@ -130,9 +158,17 @@ def test_errors_as_torch(tmpdir_ext4):
     f = ft.GdsFile(p, os.O_RDONLY)
     with pytest.raises(TypeError, match="incompatible function arguments"):
         f.load_storage(t)
-    # 16 KiB from an 8 KiB file: torch's partial-read error.
-    with pytest.raises(RuntimeError, match="^.*cuFileRead partial read: expected 16384 bytes, got 8192$"):
-        f.load_storage(s)
+    # 16 KiB from an 8 KiB file: as torch, no error, the 8 KiB in place ...
+    with open(p, "rb") as fh:
+        head = fh.read()
+    f.load_storage(s)
+    assert bytes(s.tolist()[:8192]) == head
+    # ... and with exact=True, the partial-read error.
+    g = ft.GdsFile(p, os.O_RDONLY, exact=True)
+    with pytest.raises(ft.GdsError, match="^.*cuFileRead partial read: expected 16384 bytes, got 8192$") as e:
+        g.load_storage(s)
+    assert e.value.errno == errno.EIO
+    del g
     # Writing through a read-only descriptor: cuFileWrite failed (EBADF).
     with pytest.raises(ft.GdsError, match="cuFileWrite failed") as e:
         f.save_storage(s)

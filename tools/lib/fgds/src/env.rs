@@ -117,6 +117,11 @@ pub const VARS: &[Var] = &[
         meaning: "requests on GPU memory the caller never registered of at least this many bytes use the registration cache, smaller ones the staging pool: a size",
     },
     Var {
+        name: "FGDS_TORCH_HOST",
+        default: "0",
+        meaning: "a boolean; 1: `fgds.torch`'s `load_storage`/`save_storage` also take CPU storages (torch.cuda.gds's raise RuntimeError for them, and so do fgds.torch's without it)",
+    },
+    Var {
         name: "FGDS_LOG",
         default: "info",
         meaning: "what libcufile says on stderr: off (or 0, none), info (1: the path chosen and each handle's first fallback), debug (2: every failed call too)",
@@ -370,6 +375,10 @@ impl Env {
             let r = match v.name {
                 "FGDS_STRICT" => parse_bool(&val)
                     .map(|b| e.strict = b)
+                    .ok_or_else(|| bad(BOOL_SPELLING)),
+                // read by fgds.torch; checked here with the others
+                "FGDS_TORCH_HOST" => parse_bool(&val)
+                    .map(|_| ())
                     .ok_or_else(|| bad(BOOL_SPELLING)),
                 "FGDS_IO_URING" => parse_bool(&val)
                     .map(|b| e.use_io_uring = b)

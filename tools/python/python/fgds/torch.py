@@ -6,10 +6,19 @@ The same names, signatures and behaviour as ``torch.cuda.gds`` of torch
 and registers the handle, ``register_handle``/``deregister_handle``,
 ``load_storage(storage, offset=0)``, ``save_storage(storage, offset=0)``),
 errors included: what torch raises as ``RuntimeError`` (a cuFile call
-failed, a partial read or write) is :class:`GdsError`, a ``RuntimeError``
-that is also an :class:`fgds.FgdsError` (an ``OSError`` with ``errno``),
-with torch's messages; misuse of a handle raises torch's
-``AssertionError``; a tensor where a storage is expected ``TypeError``.
+failed) is :class:`GdsError`, a ``RuntimeError`` that is also an
+:class:`fgds.FgdsError` (an ``OSError`` with ``errno``), with torch's
+messages; misuse of a handle raises torch's ``AssertionError``; a tensor
+where a storage is expected ``TypeError``; a CPU storage given to
+``load_storage``/``save_storage`` torch's ``RuntimeError`` ("Expected a
+cuda device, but got: cpu"). As torch, a read or write cut short at the end
+of the file is no error (the bytes read are in place).
+
+Two differences, each an opt-in: ``GdsFile(..., exact=True)`` makes a
+short read or write a :class:`GdsError` (``EIO``, "cuFileRead partial
+read: expected N bytes, got M"); ``FGDS_TORCH_HOST=1`` lets
+``load_storage``/``save_storage`` take CPU storages too (the tests of a
+machine without a GPU use it).
 Switch with one import::
 
     import fgds.torch as gds            # was: torch.cuda.gds
@@ -23,10 +32,11 @@ Extras, which torch lacks and which ``__all__`` leaves out as torch's does:
 recipe (4096-aligned storages, metadata via ``torch.save`` under
 ``torch.serialization.skip_data()``).
 
-Unlike torch's version it also works on CPU storages and without cuFile:
-GPU memory goes peer to peer when the fgds kernel module serves the GPU,
-and through pinned bounce buffers otherwise (``GdsFile.stats()`` says
-which). torch is imported lazily, so ``import fgds.torch`` works without it.
+Unlike torch's version it works without cuFile: GPU memory goes peer to
+peer when the fgds kernel module serves the GPU, and through pinned bounce
+buffers otherwise (``GdsFile.stats()`` says which). The extras take CPU
+storages as well. torch is imported lazily, so ``import fgds.torch`` works
+without it.
 """
 
 import errno as _errno
@@ -82,6 +92,28 @@ def _as_storage(obj):
     if hasattr(obj, "untyped") and not isinstance(obj, torch.UntypedStorage):
         return obj.untyped()  # TypedStorage
     return obj
+
+
+def _host_allowed():
+    """``FGDS_TORCH_HOST``: whether load_storage/save_storage take CPU storages."""
+    v = os.environ.get("FGDS_TORCH_HOST", "").strip()
+    if not v:
+        return False
+    b = _fgds.parse_bool(v)
+    if b is None:
+        raise ValueError(f"FGDS_TORCH_HOST={v!r}: not a boolean (1/0/true/false/yes/no/on/off)")
+    return b
+
+
+def _device_storage_arg(obj, fn):
+    """load_storage's and save_storage's argument: as torch's (its
+    CUDAGuard refuses a CPU storage), unless FGDS_TORCH_HOST=1."""
+    s = _storage_arg(obj, fn)
+    if s.device.type == "cpu" and not _host_allowed():
+        raise RuntimeError(
+            "Expected a cuda device, but got: cpu (fgds.torch takes CPU storages with FGDS_TORCH_HOST=1)"
+        )
+    return s
 
 
 def _storage_arg(obj, fn):
@@ -173,13 +205,15 @@ class GdsFile:
 
     Opens ``filename`` with ``os.open(filename, flags | os.O_DIRECT)`` (an
     ``OSError`` where that fails, as in torch) and registers the handle.
-    Extra keyword arguments go to :class:`fgds.File` (``strict``,
+    ``exact=True``: a read or write cut short is a :class:`GdsError` (torch
+    returns). Other keyword arguments go to :class:`fgds.File` (``strict``,
     ``chunk_size``, ``queue_depth``, ``use_io_uring``, ``direct``).
     """
 
     def __init__(self, filename, flags, **file_kwargs):
         if sys.platform == "win32":
             raise RuntimeError("GdsFile is not supported on this platform.")
+        self._exact = bool(file_kwargs.pop("exact", False))
         self.filename = filename
         self.flags = flags
         self._file_kwargs = file_kwargs
@@ -256,7 +290,7 @@ class GdsFile:
             finally:
                 if temp:
                     buf.close()
-        if done != n:
+        if done != n and self._exact:
             if write:
                 msg = f"cuFileWrite partial write: expected {n} bytes, wrote {done}"
             else:
@@ -270,13 +304,13 @@ class GdsFile:
         :class:`GdsError` ("partial read")."""
         if self.handle is None:
             raise AssertionError("Cannot load data from a file that is not registered.")
-        self._io(_storage_arg(storage, "_gds_load_storage"), offset, write=False)
+        self._io(_device_storage_arg(storage, "_gds_load_storage"), offset, write=False)
 
     def save_storage(self, storage, offset=0):
         """Writes all bytes of ``storage`` at file ``offset`` (``cuFileWrite``)."""
         if self.handle is None:
             raise AssertionError("Cannot save data to a file that is not registered.")
-        self._io(_storage_arg(storage, "_gds_save_storage"), offset, write=True)
+        self._io(_device_storage_arg(storage, "_gds_save_storage"), offset, write=True)
 
     def _async(self, storage, offset, write):
         storage = _as_storage(storage)
