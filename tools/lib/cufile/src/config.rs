@@ -220,6 +220,11 @@ pub fn apply_json(s: &mut Settings, file: &Path, text: &str) -> Result<(), Confi
         // Also a cap (NVIDIA's default file says 128).
         s.fgds.queue_depth = s.fgds.queue_depth.min(n as u32);
     }
+    if let Some(n) = json_uint(&v, file, &["execution", "max_io_threads"], 0, 128)? {
+        // The threads one call runs on, capped (NVIDIA's default file: 4;
+        // 0: the calling thread alone).
+        s.fgds.parallel = s.fgds.parallel.min((n as u32).max(1));
+    }
     let max_kb = (fgds::engine::MAX_RW_COUNT / 1024) as u64;
     if let Some(kb) = json_uint(
         &v,

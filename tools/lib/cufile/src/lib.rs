@@ -1878,10 +1878,11 @@ pub unsafe extern "C" fn cuFileDriverGetP2PFlags(
     CUfileError_t::OK
 }
 
-/// `cuFileDriverSetP2PFlags`: fgds has one way for NVMe, so setting what
-/// `cuFileDriverGetP2PFlags` says succeeds and anything else is
-/// `CU_FILE_INVALID_VALUE` (`CU_FILE_PLATFORM_NOT_SUPPORTED` for other file
-/// system types).
+/// `cuFileDriverSetP2PFlags`: fgds has one way for NVMe, PCI P2PDMA, so
+/// asking for it (or for none, or for what `cuFileDriverGetP2PFlags` says)
+/// succeeds, also where no fgds node serves a GPU yet, as NVIDIA's cuFile
+/// accepts it on x86; any other flag is `CU_FILE_INVALID_VALUE`
+/// (`CU_FILE_PLATFORM_NOT_SUPPORTED` for other file system types).
 #[no_mangle]
 pub extern "C" fn cuFileDriverSetP2PFlags(status_flag: c_uint, flags: c_uint) -> CUfileError_t {
     let d = match driver() {
@@ -1894,16 +1895,20 @@ pub extern "C" fn cuFileDriverSetP2PFlags(status_flag: c_uint, flags: c_uint) ->
     if status_flag != CU_FILE_NVME_SUPPORTED {
         return CUfileError_t::op(CU_FILE_PLATFORM_NOT_SUPPORTED);
     }
-    if flags == p2p_flags_of(d, status_flag) {
+    if flags & !CU_FILE_P2P_FLAG_PCI_P2PDMA == 0 || flags == p2p_flags_of(d, status_flag) {
         CUfileError_t::OK
     } else {
         CUfileError_t::op(CU_FILE_INVALID_VALUE)
     }
 }
 
-/// `cuFileGetBARSizeInKB`: the largest BAR (KiB) of the `gpu_index`-th GPU
-/// an fgds node serves (`/dev/fgdsN` order); `CU_FILE_DEVICE_NOT_FOUND`
-/// when there is no such GPU.
+/// `cuFileGetBARSizeInKB`: the BAR (KiB) of CUDA device `gpu_index`
+/// (NVIDIA's argument: a CUDA device index): the largest BAR an fgds node
+/// offers of that GPU, else the GPU's largest memory BAR as its PCI
+/// function lists it (`resource` in sysfs; NVIDIA's cuFile reports the BAR
+/// with no nvidia-fs too). Without a CUDA runtime, the `gpu_index`-th GPU
+/// an fgds node serves. `CU_FILE_DEVICE_NOT_FOUND` when there is no such
+/// GPU.
 ///
 /// # Safety
 /// `bar_size` is NULL or valid for a write.
@@ -1919,10 +1924,25 @@ pub unsafe extern "C" fn cuFileGetBARSizeInKB(
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
     let devs = fgds::list_devices().unwrap_or_default();
-    let Some(d) = devs.get(gpu_index as usize) else {
+    let largest = |d: &fgds::DeviceInfo| d.bars.iter().map(|b| b.size / 1024).max();
+    let pci = fgds::gpu::cuda_dmabuf_support()
+        .map(|gpus| gpus.get(gpu_index as usize).map(|(pci, _)| pci.clone()));
+    let kb = match pci {
+        Ok(Some(pci)) => devs
+            .iter()
+            .find(|d| {
+                d.pci_address
+                    .as_deref()
+                    .is_some_and(|a| a.eq_ignore_ascii_case(&pci))
+            })
+            .and_then(largest)
+            .or_else(|| fgds::device::largest_bar_of(&pci).map(|b| b / 1024)),
+        Ok(None) => None,
+        Err(_) => devs.get(gpu_index as usize).and_then(largest),
+    };
+    let Some(kb) = kb else {
         return CUfileError_t::op(CU_FILE_DEVICE_NOT_FOUND);
     };
-    let kb = d.bars.iter().map(|b| b.size / 1024).max().unwrap_or(0);
     // SAFETY: checked non-NULL.
     unsafe { bar_size.write(kb as usize) };
     CUfileError_t::OK

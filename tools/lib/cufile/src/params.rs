@@ -48,6 +48,8 @@ pub fn size_range(p: i32) -> Result<(usize, usize), CUfileOpError> {
     match p {
         sp::PROFILE_STATS => Ok((0, 3)),
         sp::EXECUTION_MAX_IO_QUEUE_DEPTH => Ok((1, 4096)),
+        // NVIDIA's range; a cap on the threads one call runs on
+        sp::EXECUTION_MAX_IO_THREADS => Ok((0, 128)),
         sp::PROPERTIES_MAX_DIRECT_IO_SIZE_KB => Ok((4, fgds::engine::MAX_RW_COUNT / 1024)),
         sp::PROPERTIES_IO_BATCHSIZE => Ok((1, 4096)),
         sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB => Ok((0, u32::MAX as usize)),
@@ -139,6 +141,9 @@ pub fn apply(st: &Staged, s: &mut Settings) {
     if let Some(v) = st.sizes[sp::EXECUTION_MAX_IO_QUEUE_DEPTH as usize] {
         s.fgds.queue_depth = s.fgds.queue_depth.min(v as u32);
     }
+    if let Some(v) = st.sizes[sp::EXECUTION_MAX_IO_THREADS as usize] {
+        s.fgds.parallel = s.fgds.parallel.min(v.max(1) as u32);
+    }
     if let Some(kb) = st.sizes[sp::PROPERTIES_MAX_DIRECT_IO_SIZE_KB as usize] {
         let cap = (kb * 1024 / 4096).max(1) * 4096;
         s.fgds.chunk_size = s.fgds.chunk_size.min(cap);
@@ -183,6 +188,7 @@ pub fn get_size(
     Ok(match p {
         sp::PROFILE_STATS => stats_level as usize,
         sp::EXECUTION_MAX_IO_QUEUE_DEPTH => s.fgds.queue_depth as usize,
+        sp::EXECUTION_MAX_IO_THREADS => s.fgds.parallel as usize,
         sp::PROPERTIES_MAX_DIRECT_IO_SIZE_KB => chunk / 1024,
         sp::PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB => s.cache.device_cache_size / 1024,
         sp::PROPERTIES_PER_BUFFER_CACHE_SIZE_KB => s.cache.per_buffer_size / 1024,
@@ -226,8 +232,9 @@ mod tests {
     #[test]
     fn ranges_and_codes() {
         assert_eq!(size_range(sp::PROFILE_STATS), Ok((0, 3)));
+        assert_eq!(size_range(sp::EXECUTION_MAX_IO_THREADS), Ok((0, 128)));
         assert_eq!(
-            size_range(sp::EXECUTION_MAX_IO_THREADS),
+            size_range(sp::EXECUTION_MIN_IO_THRESHOLD_SIZE_KB),
             Err(CU_FILE_PLATFORM_NOT_SUPPORTED)
         );
         assert_eq!(size_range(12), Err(CU_FILE_INVALID_VALUE));

@@ -465,7 +465,15 @@ static void test_params(const char *dir)
 	    CU_FILE_INVALID_VALUE);
 	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, 4), CU_FILE_INVALID_VALUE);
 	ERR(cuFileSetParameterSizeT((CUFileSizeTConfigParameter_t)99, 1), CU_FILE_INVALID_VALUE);
-	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 4),
+	/* NVIDIA's range, 0..128: a cap on the threads one call runs on */
+	OK(cuFileGetParameterMinMaxValue(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, &lo, &hi));
+	CHECK(lo == 0 && hi == 128, "max_io_threads range %zu..%zu", lo, hi);
+	OK(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 4));
+	OK(cuFileGetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, &v));
+	CHECK(v == 4, "max_io_threads 4 caps the threads of a call: %zu", v);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 129),
+	    CU_FILE_INVALID_VALUE);
+	ERR(cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MIN_IO_THRESHOLD_SIZE_KB, 4),
 	    CU_FILE_PLATFORM_NOT_SUPPORTED);
 	ERR(cuFileGetParameterSizeT(CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB, &v),
 	    CU_FILE_PLATFORM_NOT_SUPPORTED);
@@ -823,6 +831,8 @@ static void test_v120(const char *dir)
 	OK(cuFileDriverGetP2PFlags(CU_FILE_NVME_SUPPORTED, &fl));
 	CHECK(fl == (no_fgds_node() ? 0 : CU_FILE_P2P_FLAG_PCI_P2PDMA), "NVMe P2P flags %d", fl);
 	OK(cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, fl));
+	/* asking for PCI P2PDMA succeeds with or without a node, as NVIDIA's does */
+	OK(cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_PCI_P2PDMA));
 	ERR(cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_NVFS),
 	    CU_FILE_INVALID_VALUE);
 	ERR(cuFileDriverSetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, (CUfileP2PFlags_t)0),

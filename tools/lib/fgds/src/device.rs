@@ -84,6 +84,20 @@ pub fn parse_resource(text: &str) -> Vec<Bar> {
     bars
 }
 
+/// `IORESOURCE_MEM`: a memory BAR in a PCI `resource` line's flags.
+const IORESOURCE_MEM: u64 = 0x200;
+
+/// The size of the largest memory BAR of PCI function `pci` (`0000:01:00.0`)
+/// as sysfs lists it, whatever driver it has.
+pub fn largest_bar_of(pci: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/sys/bus/pci/devices/{pci}/resource")).ok()?;
+    parse_resource(&text)
+        .iter()
+        .filter(|b| b.flags & IORESOURCE_MEM != 0)
+        .map(|b| b.size)
+        .max()
+}
+
 /// Lists the fgds nodes under `sysfs_misc` (normally [`SYSFS_MISC`]), sorted
 /// by name. An empty list means the module is not loaded or no GPU was bound.
 pub fn list_devices_in(sysfs_misc: &Path) -> Result<Vec<DeviceInfo>> {
