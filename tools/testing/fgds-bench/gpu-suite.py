@@ -92,7 +92,7 @@ report.py.
 Usage:
     gpu-suite.py [--dir DIR] [--file-gib N] [--sd-gib N] [--sharded-gib N]
                  [--shard-mib N] [--rounds N] [--json OUT]
-                 [--only file,checkpoint,sharded] [--rows ENGINE,...]
+                 [--only file,checkpoint,sharded] [--rows ENGINE [--rows ENGINE ...]]
 """
 
 import argparse
@@ -250,7 +250,7 @@ class Suite:
         `prep()` runs before every round, untimed. Inside `with
         self.turns()` the row waits for the others of the block and they
         take turns. With --rows, a row not named there is not run."""
-        if self.args.rows is not None and name not in self.args.rows.split(","):
+        if self.args.rows is not None and name not in self.args.rows:
             return
         row = {"part": part, "engine": name, "bytes": nbytes, "cache": cache}
         if note:
@@ -512,10 +512,11 @@ def part_file(s, d):
 
     def torch_gds():
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
+        # torch.cuda.gds.GdsFile registers the handle itself (torch 2.11: a
+        # second register_handle() raises) and deregisters it when deleted.
         f = torch.cuda.gds.GdsFile(path, os.O_RDONLY)
-        f.register_handle()
         f.load_storage(t.untyped_storage(), 0)
-        f.deregister_handle()
+        del f
         return t
 
     def file_rows(s, cache):
@@ -906,7 +907,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="file,checkpoint,sharded")
     # An A/B of a few rows (another wheel, run in the same call as the suite).
-    ap.add_argument("--rows", default=None, help="only the rows of these engines, comma separated")
+    ap.add_argument("--rows", action="append", default=None, metavar="ENGINE",
+                    help="only the row of this engine, as the table names it (\"KvikIO, 16 threads\"); "
+                         "give it again for more rows")
     ap.add_argument("--json", default=None)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
