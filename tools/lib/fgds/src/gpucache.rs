@@ -222,7 +222,8 @@ pub struct Counters {
     pub cache_hits: u64,
     /// Registrations the cache made.
     pub cache_registrations: u64,
-    /// Registrations it dropped because their allocation was freed (its buffer id changed).
+    /// Registrations it dropped because their allocation was freed (its buffer id changed),
+    /// counted once dropped (munmap and UNREG done unless a request still used one).
     pub cache_stale: u64,
     /// Registrations it dropped to stay within its bounds, or for a caller's own.
     pub cache_evicted: u64,
@@ -509,8 +510,11 @@ fn start_reaper() {
                         Some(c) => c.rt.buffer_id(k.base).is_ok_and(|now| now == id),
                         None => true,
                     });
-                STALE.fetch_add(dead.len() as u64, Ordering::Relaxed);
-                drop(dead); // munmap and UNREG, with no lock held
+                let n = dead.len() as u64;
+                // munmap and UNREG, with no lock held; counted after, so that a caller that
+                // sees the count sees the UNREG done (unless a request still uses it)
+                drop(dead);
+                STALE.fetch_add(n, Ordering::Relaxed);
             });
     });
 }
@@ -576,8 +580,9 @@ fn cached_or(
         Lookup::Hit(v) => return hit(v),
         Lookup::Miss(stale) => stale,
     };
-    STALE.fetch_add(stale.len() as u64, Ordering::Relaxed);
+    let n = stale.len() as u64;
     drop(stale);
+    STALE.fetch_add(n, Ordering::Relaxed);
     if !register {
         return None;
     }
@@ -602,8 +607,9 @@ fn cached_or(
         FULL.fetch_add(1, Ordering::Relaxed);
         return None;
     };
-    EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let n = out.len() as u64;
     drop(out); // munmap and UNREG, with no lock held
+    EVICTED.fetch_add(n, Ordering::Relaxed);
     let value = match Buffer::from_gpu_uncached(rt.clone(), start, len) {
         Ok(b) if b.is_p2p() => {
             CACHE_REGS.fetch_add(1, Ordering::Relaxed);
@@ -620,8 +626,9 @@ fn cached_or(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, id, value.clone(), bytes);
-    EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let n = out.len() as u64;
     drop(out);
+    EVICTED.fetch_add(n, Ordering::Relaxed);
     value.map(|c| (c.buf, (dptr - start) as usize))
 }
 
@@ -633,8 +640,9 @@ pub(crate) fn release(rt: &Runtime, mem: &DeviceMemory) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove_overlapping(&Key::of(rt, mem));
-    EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let n = out.len() as u64;
     drop(out);
+    EVICTED.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Drops every registration of the cache (those still used by a request
@@ -644,8 +652,9 @@ pub fn clear() {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|_, _, _| false);
-    EVICTED.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let n = out.len() as u64;
     drop(out);
+    EVICTED.fetch_add(n, Ordering::Relaxed);
 }
 
 // ------------------------------------------------------------------- pool
