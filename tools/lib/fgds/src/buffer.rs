@@ -10,16 +10,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Page size used for host allocations.
-pub fn page_size() -> usize {
-    // Asked once: every request's alignment check needs it.
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
-    })
-}
+pub use crate::sys::page_size;
 
 /// What kind of memory a [`Buffer`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

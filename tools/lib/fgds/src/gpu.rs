@@ -21,7 +21,7 @@ const POINTER_ATTRIBUTE_BUFFER_ID: c_int = 7;
 /// and refused one at 512 bytes
 /// (`tools/testing/fgds-gpurt/cuda-facts-580-h200.json`).
 pub fn export_align() -> u64 {
-    crate::buffer::page_size() as u64
+    crate::sys::page_size() as u64
 }
 
 type FnInit = unsafe extern "C" fn(c_uint) -> c_int;

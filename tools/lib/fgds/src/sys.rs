@@ -9,9 +9,10 @@
 //! `tests/uapi.rs` compiles the header itself with the C compiler and
 //! checks every size, offset, ioctl number and constant here against it.
 //!
-//! It also holds the typed wrapper of one system call the libc crate does
-//! not bind on every architecture: `cachestat(2)` (Linux 6.5), which the
-//! bounce path asks how much of a range the page cache holds.
+//! It also holds the host's page size (asked once) and the typed wrapper of
+//! one system call the libc crate does not bind on every architecture:
+//! `cachestat(2)` (Linux 6.5), which the bounce path asks how much of a
+//! range the page cache holds.
 
 /// Version of the interface this library was written against.
 pub const FGDS_API_VERSION: u32 = 1;
@@ -175,6 +176,17 @@ pub fn cachestat(fd: std::os::fd::RawFd, off: u64, len: u64) -> std::io::Result<
         return Err(std::io::Error::last_os_error());
     }
     Ok(out)
+}
+
+/// The host's page size: the alignment of host allocations and of GPU
+/// memory exports. Asked once: every request's alignment check needs it.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+    })
 }
 
 #[cfg(test)]
