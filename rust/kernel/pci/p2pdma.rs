@@ -366,7 +366,6 @@ impl<T: PageOwner> P2pPages<T> {
     /// are not given back before this call returns (`pci_p2pdma_memunmap()` waits for it), and
     /// `index` is the index of one of them that was handed out.
     unsafe extern "C" fn page_free(owner: *mut c_void, index: c_ulong) {
-        let index = index as usize;
         // `owner` points to the `owners` of a live `P2pPages<T>` (type invariant), of which
         // `index` is an element.
         // SAFETY: See the comment above.
