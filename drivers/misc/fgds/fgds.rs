@@ -126,6 +126,7 @@ use kernel::{
     sync::{
         Arc,
         Completion,
+        CondVar,
         Mutex, //
     },
     transmute::{
@@ -285,13 +286,26 @@ impl PageOwner for Drain {
     }
 }
 
+/// A unit of a BAR that has struct pages, in [`GpuState::chunks`].
+enum Unit {
+    /// Its chunk, used by at least one registration.
+    Live(Arc<Chunk>),
+    /// Its chunk lost its last user and its struct pages are being removed, without
+    /// [`Gpu::state`] held ([`release_chunks`]); the unit leaves the table when they are gone. A
+    /// registration that needs it waits until then ([`Gpu::unit_gone`]): pages made for it now
+    /// would fail with `EEXIST`.
+    Going,
+}
+
 /// State of a GPU shared by its open files.
 struct GpuState {
-    /// The chunk of every unit that has struct pages, by the unit's key
+    /// Every unit that has struct pages, by the unit's key
     /// (`(bar << 56) | unit index in the BAR`): a chunk of several units is there once for each.
-    chunks: RBTree<u64, Arc<Chunk>>,
-    /// Chunks (pagemaps) in `chunks`.
+    chunks: RBTree<u64, Unit>,
+    /// Chunks (pagemaps) in `chunks`, going ones included.
     pagemaps: usize,
+    /// Chunks whose units are [`Unit::Going`].
+    going: usize,
     /// Registrations on the GPU, by cookie; each leaves in [`Buffer::unregister`].
     buffers: RBTree<u64, Arc<Buffer>>,
     /// Last cookie id given out; ids are never reused.
@@ -304,6 +318,9 @@ struct Gpu {
     offer: Offer,
     #[pin]
     state: Mutex<GpuState>,
+    /// Notified, with [`Gpu::state`], when a going chunk's units leave the table.
+    #[pin]
+    unit_gone: CondVar,
     /// [`Buffer`]s alive (registered, or torn down and still referenced), for fdinfo.
     live_buffers: AtomicUsize,
 }
@@ -447,7 +464,7 @@ impl Buffer {
             self.drain.wait();
             drop(a);
             let chunks = core::mem::take(&mut self.state.lock().chunks);
-            release_chunks(&mut self.gpu.state.lock(), chunks);
+            release_chunks(&self.gpu, chunks);
         }
         drop(attach);
         self.gpu.state.lock().buffers.remove(&self.cookie);
@@ -455,18 +472,40 @@ impl Buffer {
 }
 
 /// Gives up a registration's use of `chunks` (its pages all freed); a chunk no registration uses
-/// any more leaves the GPU's table and loses its struct pages. Called with [`Gpu::state`] held.
-fn release_chunks(gs: &mut GpuState, chunks: KVec<Arc<Chunk>>) {
-    for chunk in chunks.iter() {
-        if chunk.users.fetch_sub(1, Ordering::Relaxed) == 1 {
-            unpublish_chunk(gs, chunk);
+/// any more loses its struct pages and leaves the GPU's table.
+///
+/// The removal of a pagemap waits for an RCU grace period, so it runs without [`Gpu::state`]
+/// held: meanwhile the chunk's units are [`Unit::Going`], and a registration that needs one of
+/// them waits until they are gone, while every other use of the GPU goes on.
+fn release_chunks(gpu: &Gpu, chunks: KVec<Arc<Chunk>>) {
+    for chunk in chunks {
+        let mut gs = gpu.state.lock();
+        if chunk.users.fetch_sub(1, Ordering::Relaxed) != 1 {
+            continue;
         }
+        let key = chunk.key;
+        let published = mark_going(&mut gs, &chunk);
+        if published == 0 {
+            // Never published: no page of it was handed out, and no other registration knows
+            // it. Its struct pages go before the lock does, so that none is made for its range
+            // meanwhile.
+            drop(chunk);
+            continue;
+        }
+        drop(gs);
+        // The last reference: the table's went in `mark_going`, and a registration holds one
+        // only while it counts in `users`, which no registration can join now (it finds no
+        // chunk in the table). Every page of it is free, each user's drain done.
+        drop(chunk);
+        let mut gs = gpu.state.lock();
+        for k in key..key + published {
+            gs.chunks.remove(&k);
+        }
+        gs.pagemaps -= 1;
+        gs.going -= 1;
+        drop(gs);
+        gpu.unit_gone.notify_all();
     }
-    // The table and the registrations hold the only references to a chunk, and both are dropped
-    // with `gs` held: an unused chunk's struct pages are gone before another registration can
-    // give the same range new ones (which would fail with `EEXIST`). Its pages are all free, so
-    // dropping it does not wait.
-    drop(chunks);
 }
 
 impl Importer for Buffer {
@@ -574,27 +613,43 @@ fn extents(
     Ok(out)
 }
 
-/// Removes `chunk` from the GPU's table: every unit of it that is there (all of them, unless
-/// its publication failed half way).
-fn unpublish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) {
-    let mut found = false;
-    for key in chunk.key..chunk.key + chunk.units {
-        if gs.chunks.get(&key).is_some_and(|c| Arc::ptr_eq(c, chunk)) {
-            gs.chunks.remove(&key);
-            found = true;
+/// Marks the units of `chunk` that are in the GPU's table [`Unit::Going`], dropping the
+/// table's references to it, and returns how many there were: all of them, unless its
+/// publication failed half way, and then the first ones ([`publish_chunk`] goes in order). A
+/// chunk with one counts in [`GpuState::pagemaps`], and now in [`GpuState::going`].
+fn mark_going(gs: &mut GpuState, chunk: &Arc<Chunk>) -> u64 {
+    let mut published = 0;
+    while published < chunk.units {
+        let key = chunk.key + published;
+        if !matches!(gs.chunks.get(&key), Some(Unit::Live(c)) if Arc::ptr_eq(c, chunk)) {
+            break;
         }
+        if let Some(unit) = gs.chunks.get_mut(&key) {
+            *unit = Unit::Going;
+        }
+        published += 1;
     }
-    if found {
-        gs.pagemaps -= 1;
+    if published > 0 {
+        gs.going += 1;
     }
+    published
+}
+
+/// Whether a unit of an extent is [`Unit::Going`].
+fn going_in(gs: &GpuState, extents: &[(u32, u64, u64)]) -> bool {
+    gs.going > 0
+        && extents.iter().any(|&(bar, off, len)| {
+            (chunk_key(bar, off)..=chunk_key(bar, off + len - 1))
+                .any(|key| matches!(gs.chunks.get(&key), Some(Unit::Going)))
+        })
 }
 
 /// Puts `chunk` in the GPU's table under each of its units, none of which is there yet. On
-/// failure some may be: [`unpublish_chunk`] removes them.
+/// failure some may be: [`release_chunks`] removes them.
 fn publish_chunk(gs: &mut GpuState, chunk: &Arc<Chunk>) -> Result {
     for key in chunk.key..chunk.key + chunk.units {
         gs.chunks
-            .try_create_and_insert(key, chunk.clone(), GFP_KERNEL_ACCOUNT)?;
+            .try_create_and_insert(key, Unit::Live(chunk.clone()), GFP_KERNEL_ACCOUNT)?;
         if key == chunk.key {
             gs.pagemaps += 1;
         }
@@ -657,6 +712,14 @@ impl Buffer {
         )?;
         let mut gs = self.gpu.state.lock();
         let res = (|| -> Result {
+            // Struct pages still being removed from a unit it needs: wait until they are gone.
+            // None of its units becomes going while `gs` is held from here, so the table's
+            // units below are all live.
+            while going_in(&gs, extents) {
+                if self.gpu.unit_gone.wait_interruptible(&mut gs) {
+                    return Err(ERESTARTSYS);
+                }
+            }
             for &(bar, off, len) in extents {
                 let last_key = chunk_key(bar, off + len - 1);
                 let mut o = off;
@@ -666,7 +729,9 @@ impl Buffer {
                         Some(i) => i,
                         None => {
                             let chunk = match gs.chunks.get(&key) {
-                                Some(c) => c.clone(),
+                                Some(Unit::Live(c)) => c.clone(),
+                                // Not while `gs` is held (see above).
+                                Some(Unit::Going) => return Err(EBUSY),
                                 None => {
                                     // One chunk for the run of units from here that the
                                     // extent needs and that have no struct pages yet.
@@ -727,7 +792,7 @@ impl Buffer {
         drop(pages);
         self.drain.end_bias();
         self.drain.wait();
-        release_chunks(&mut self.gpu.state.lock(), chunks);
+        release_chunks(&self.gpu, chunks);
         res.and(Err(ENODEV))
     }
 }
@@ -1072,9 +1137,11 @@ impl GpuNode {
                 state <- new_mutex!(GpuState {
                     chunks: RBTree::new(),
                     pagemaps: 0,
+                    going: 0,
                     buffers: RBTree::new(),
                     last_id: 0,
                 }),
+                unit_gone <- kernel::new_condvar!(),
                 live_buffers: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
