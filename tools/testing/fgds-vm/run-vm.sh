@@ -282,8 +282,13 @@ output_size() {
 # a reset or disable of the controller: no command of these local,
 # file-backed disks takes 30 s, but one whose doorbell write QEMU
 # misrouted, see below, is never fetched), limps on for as long as the
-# watchdog allows: it is killed at once, as stalled (2). These are TCG's
-# faults, not the guest's, and the guest is booted again.
+# watchdog allows: it is killed at once, as stalled (2). So is a guest whose
+# NVMe disk had requests in flight and completed none for 45 s without its
+# driver's 30 s timeout firing (guest/io-watch.sh: "fgds-io-watch: ...
+# none completed"): only a lost timer interrupt explains that silence (a
+# make stress run hung so, its hung-task reports keeping the console busy
+# until the 90-minute watchdog). These are TCG's faults, not the guest's,
+# and the guest is booted again.
 #
 # The misrouted MMIO write is a race in QEMU 10.0's multi-threaded TCG: a
 # BAR mapped or unmapped (vfio-pci's revocation turns a stand-in's memory
@@ -301,7 +306,7 @@ watch_guest() {
 	t0=$(qemu_ticks)
 	while kill -0 "$qemu" 2>/dev/null; do
 		sleep 5
-		if grep -qaE "timer wakeup didn't happen|I/O tag [0-9]+ \([0-9a-f]+\) (opcode .* )?QID [0-9]+ timeout, (completion polled|aborting|reset controller|disable controller)" "$log"; then
+		if grep -qaE "timer wakeup didn't happen|I/O tag [0-9]+ \([0-9a-f]+\) (opcode .* )?QID [0-9]+ timeout, (completion polled|aborting|reset controller|disable controller)|fgds-io-watch: .* none completed for" "$log"; then
 			stalled=2
 			kill_qemu
 			return
@@ -336,7 +341,7 @@ cause() {
 	elif [ "$stalled" = 1 ]; then
 		echo "it stalled: no output for ${stall_s}s and QEMU all but idle"
 	elif [ "$stalled" = 2 ]; then
-		echo "a vCPU missed its timer, or a device an interrupt or a doorbell (RCU: timer wakeup didn't happen; NVMe: a command timed out)"
+		echo "a vCPU missed its timer, or a device an interrupt or a doorbell (RCU: timer wakeup didn't happen; NVMe: a command timed out, or none completed nor timed out)"
 	elif watchdog_fired; then
 		echo "the watchdog killed it after ${timeout_s}s"
 	elif grep -q "Triple fault" "$qlog"; then
