@@ -19,6 +19,20 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 tools=$(cd "$here/.." && pwd)
 jobs=${CARGO_BUILD_JOBS:-1}
+# The workspace's rust-version (tools/Cargo.toml). Debian 12's rustc is 1.63:
+# say so before cargo fails on the first crate that needs a newer one.
+need=1.82
+have=$(cd "$tools" && rustc --version 2>/dev/null | awk '{ print $2 }') || have=
+if [ -z "$have" ]; then
+	echo "stage-native.sh: no rustc: fgds's native parts need Rust $need or later;" \
+		"install it with rustup (https://rustup.rs)" >&2
+	exit 1
+fi
+if ! printf '%s\n%s\n' "$need" "$have" | sort -V -C; then
+	echo "stage-native.sh: rustc $have is older than $need, which fgds needs;" \
+		"install a newer one with rustup (https://rustup.rs)" >&2
+	exit 1
+fi
 out=$tools/target/release
 (cd "$tools" && env -u CARGO_TARGET_DIR cargo build --release -j "$jobs" \
 	-p fgds-cli -p fgds-cufile -p fgds-audit)

@@ -182,3 +182,29 @@ def test_fgds_check_runs():
     # 0: P2P can run; 1: it cannot here (no module, no GPU), said why.
     assert r.returncode in (0, 1), r
     assert "verdict:" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("rustc, said", [
+    ("echo 'rustc 1.63.0 (4b91a6ea7 2022-08-08)'", "rustc 1.63.0 is older than 1.82"),
+    ("exit 127", "no rustc"),
+])
+def test_stage_native_refuses_an_old_rustc_and_says_what_to_do(tmp_path, rustc, said):
+    """Debian 12's rustc (1.63) cannot build the wheel's native parts:
+    stage-native.sh says so, and what to do, before cargo runs or anything
+    is written."""
+    fake = tmp_path / "rustc"
+    fake.write_text("#!/bin/sh\n" + rustc + "\n")
+    fake.chmod(0o755)
+    cargo = tmp_path / "cargo"
+    cargo.write_text("#!/bin/sh\necho cargo ran >&2\nexit 1\n")
+    cargo.chmod(0o755)
+    data = os.path.join(ROOT, "tools", "python", "fgds.data")
+    before = os.path.getmtime(data) if os.path.exists(data) else None
+    r = subprocess.run(["sh", os.path.join(ROOT, "tools", "python", "stage-native.sh")],
+                       env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert said in r.stderr and "rustup" in r.stderr, r.stderr
+    assert "cargo ran" not in r.stderr
+    after = os.path.getmtime(data) if os.path.exists(data) else None
+    assert before == after
