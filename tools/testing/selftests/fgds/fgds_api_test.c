@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,7 +481,9 @@ TEST_F(api, mapping_is_uncached)
 /*
  * How far memory.current may stray from what was charged: each CPU keeps a
  * stock of up to 64 pages charged ahead (MEMCG_CHARGE_BATCH), which a run
- * may fill or use up.
+ * may fill or use up. The children that measure run on CPU 0 (cg_join()),
+ * so what they allocate is charged through its stock alone; what is freed
+ * may be uncharged on any CPU (a worker's), into that CPU's stock.
  */
 static long long cg_slack(void)
 {
@@ -513,13 +516,34 @@ static int cg_write(const char *file, const char *val)
 	return fgds_sysfs_write(path, val);
 }
 
+/* Moves the calling process into the cgroup, on CPU 0 only (one charge stock). */
+static int cg_join(void)
+{
+	char val[32];
+	cpu_set_t cpus;
+
+	CPU_ZERO(&cpus);
+	CPU_SET(0, &cpus);
+	if (sched_setaffinity(0, sizeof(cpus), &cpus))
+		return -errno;
+	snprintf(val, sizeof(val), "%d", getpid());
+	return cg_write("cgroup.procs", val);
+}
+
+/* Whether @got is within 5% of @want. */
+static int within_5_percent(long long got, long long want)
+{
+	return llabs(got - want) * 20 <= want;
+}
+
 /*
  * REG_BUFFER charges what it makes for a registration - a struct page and
  * two pointers per registered page (80 bytes per 4 KiB page: 20 MiB per GiB)
  * - to the caller's memory cgroup: with too little left under memory.max it
  * fails with ENOMEM and leaves nothing behind (no struct page, no
  * registration, the charge back); when it fits, memory.current grows by
- * that much and UNREG gives it back. Run in a child that joins the cgroup.
+ * that much, within 5%, and UNREG gives it back. Run in a child that joins
+ * the cgroup.
  */
 TEST_F(api, reg_charges_the_memory_cgroup)
 {
@@ -545,8 +569,7 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 	if (!pid) {
 		__u64 cookie = 0;
 
-		snprintf(val, sizeof(val), "%d", getpid());
-		if (cg_write("cgroup.procs", val))
+		if (cg_join())
 			_exit(10);
 		/* Room for half of it. */
 		snprintf(val, sizeof(val), "%lld", cg_read("memory.current") + (long long)cost / 2);
@@ -572,9 +595,8 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 		printf(" (documented: +%llu), %lld after UNREG\n",
 		       (unsigned long long)cost, after);
 		fflush(stdout);
-		/* The charge, give or take the test's own and the per-CPU stocks. */
-		if (grown - base < (long long)cost - cg_slack() ||
-		    grown - base > (long long)cost + (long long)SZ_1M + cg_slack())
+		/* The charge (the stock of CPU 0 is 5% of it, and charges nothing else). */
+		if (!within_5_percent(grown - base, cost))
 			_exit(17);
 		if (after - base > cg_slack())
 			_exit(18);
@@ -598,27 +620,32 @@ TEST_F(api, reg_charges_the_memory_cgroup)
  * What one registration of one page in a 2 MiB unit that has its struct
  * pages already charges to the caller's memory cgroup: the registration's
  * state and drain, its per-page arrays, its entries in the GPU's and the
- * file's tables and the attachment's importer state. On the debug kernel
- * (lockdep makes every lock larger) runs measured 1542 and 2056 bytes: the
- * difference is one per-CPU stock of 64 pages (cg_slack()) charged ahead
- * during the run, which memory.current counts, so the test holds the cost
- * to a range and prints it. Documented in fgds.rst.
+ * file's tables and the attachment's importer state. Documented in
+ * fgds.rst: measured on the debug kernel of make check, where it is held
+ * to 5%; a kernel without lock debugging (no /proc/lockdep) charges less,
+ * as every lock is smaller, and is held to REG_COST_MIN..REG_COST_DEBUG.
  */
+#define REG_COST_DEBUG 1750
 #define REG_COST_MIN 512
-#define REG_COST_MAX 4096
-#define NR_SMALL 510
+/*
+ * Registrations measured: every page but the first of 17 units, so that
+ * CPU 0's stock of 64 pages (cg_slack()), which memory.current counts, is
+ * under 2% of what they charge.
+ */
+#define NR_UNITS 17
+#define NR_SMALL (NR_UNITS * 511)
 
 /*
  * Every object a registration makes is charged: NR_SMALL registrations of
- * one page each, in a unit whose struct pages a first registration made,
- * grow memory.current by NR_SMALL times a cost in the documented range, and
- * their UNREGs give it back. Run in a child that joins the cgroup.
+ * one page each, in units whose struct pages first registrations made,
+ * grow memory.current by NR_SMALL times the documented cost, within 5%,
+ * and their UNREGs give it back. Run in a child that joins the cgroup.
  */
-TEST_F(api, small_registrations_charge_every_object)
+TEST_F_TIMEOUT(api, small_registrations_charge_every_object, 600)
 {
+	const int debug = !access("/proc/lockdep", F_OK);
 	long long base, grown, after, per;
-	int status;
-	char val[32];
+	int status, dmabuf;
 	pid_t pid;
 
 	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
@@ -628,36 +655,44 @@ TEST_F(api, small_registrations_charge_every_object)
 	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"));
 	rmdir(CG);
 	ASSERT_EQ(0, mkdir(CG, 0755));
+	dmabuf = fgds_vfio_dmabuf(&self->v, 64 * SZ_1M, NR_UNITS * SZ_2M);
+	ASSERT_LE(0, dmabuf);
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (!pid) {
-		static __u64 cookies[NR_SMALL + 1];
-		int i;
+		static __u64 cookies[NR_SMALL + NR_UNITS];
+		double t0;
+		int i, u;
 
-		snprintf(val, sizeof(val), "%d", getpid());
-		if (cg_write("cgroup.procs", val))
+		if (cg_join())
 			_exit(10);
-		/* The unit's struct pages, charged here, outside the measure. */
-		if (fgds_reg(self->fd, self->dmabuf, 0, 4096, &cookies[NR_SMALL]))
-			_exit(11);
+		/* The units' struct pages, charged here, outside the measure. */
+		for (u = 0; u < NR_UNITS; u++)
+			if (fgds_reg(self->fd, dmabuf, u * SZ_2M, 4096, &cookies[NR_SMALL + u]))
+				_exit(11);
 		base = cg_read("memory.current");
+		t0 = fgds_now();
 		for (i = 0; i < NR_SMALL; i++)
-			if (fgds_reg(self->fd, self->dmabuf, (i + 1) * 4096ULL, 4096, &cookies[i]))
+			if (fgds_reg(self->fd, dmabuf, (i / 511) * SZ_2M + (i % 511 + 1) * 4096ULL,
+				     4096, &cookies[i]))
 				_exit(12);
 		grown = cg_read("memory.current");
+		printf("# %d REG_BUFFER in %.1f s\n", NR_SMALL, fgds_now() - t0);
 		for (i = 0; i < NR_SMALL; i++)
 			if (fgds_unreg(self->fd, cookies[i]))
 				_exit(13);
 		after = cg_read("memory.current");
-		if (fgds_unreg(self->fd, cookies[NR_SMALL]))
-			_exit(13);
+		for (u = 0; u < NR_UNITS; u++)
+			if (fgds_unreg(self->fd, cookies[NR_SMALL + u]))
+				_exit(13);
 		per = (grown - base) / NR_SMALL;
 		printf("# %d one-page registrations: memory.current %lld, %lld, %lld after UNREG\n",
 		       NR_SMALL, base, grown, after);
-		printf("# %lld bytes charged per registration (documented: %d to %d)\n", per,
-		       REG_COST_MIN, REG_COST_MAX);
+		printf("# %lld bytes a registration (documented: %d on the debug kernel%s)\n",
+		       per, REG_COST_DEBUG, debug ? "" : ", less on this one");
 		fflush(stdout);
-		if (per < REG_COST_MIN || per > REG_COST_MAX)
+		if (debug ? !within_5_percent(per, REG_COST_DEBUG) :
+			    per < REG_COST_MIN || per > REG_COST_DEBUG)
 			_exit(14);
 		if (after - base > cg_slack())
 			_exit(15);
@@ -667,11 +702,12 @@ TEST_F(api, small_registrations_charge_every_object)
 	ASSERT_TRUE(WIFEXITED(status));
 	/*
 	 * 10: cgroup setup, 11-13: REG/UNREG failed, 14: the charge per
-	 * registration was out of the documented range, 15: UNREG did not give
-	 * it back.
+	 * registration was not the documented cost within 5%, 15: UNREG did not
+	 * give it back.
 	 */
 	EXPECT_EQ(0, WEXITSTATUS(status))
 		TH_LOG("child failed at step %d (see the comment above)", WEXITSTATUS(status));
+	close(dmabuf);
 	rmdir(CG);
 }
 
