@@ -73,8 +73,8 @@ struct fgds_config {
 #define FGDS_CONFIG_SIZE_VER0	24	/* the first struct fgds_config */
 #define FGDS_CONFIG_INIT	{ .size = sizeof(struct fgds_config) }
 
-/* One segment: size bytes at base + offset; base must lie in a registered
- * buffer. */
+/* One segment: size bytes at base + offset; base lies in a registered
+ * buffer, or in GPU memory the caller did not register (as fgds_read). */
 struct fgds_io_segment {
 	void *base;
 	off_t offset;
@@ -120,7 +120,12 @@ int fgds_buf_deregister(void *base);
 
 /* Reads size bytes at file_offset into base + buf_offset. Returns the bytes
  * read (fewer at end of file) or a negative code. Offsets and sizes need no
- * alignment: unaligned edges go through a small bounce buffer. */
+ * alignment: unaligned edges go through a small bounce buffer. base lies in
+ * a registered buffer, or in CUDA (HIP) memory the caller did not register:
+ * the library then serves the request, with no registration per call,
+ * through a registered staging buffer and a device-to-device copy (below
+ * FGDS_REG_CACHE_MIN) or its cached registration of the allocation (see
+ * fgds_gpucache_counters()); -EFAULT for host memory not registered. */
 ssize_t fgds_read(int handle, void *base, size_t size, off_t file_offset,
 		  off_t buf_offset);
 /* Writes size bytes from base + buf_offset at file_offset. */
@@ -245,7 +250,9 @@ struct fgds_io_event {
 /* Creates a batch of up to capacity (1..4096) requests in flight; returns
  * its id > 0 or a negative code. */
 int fgds_batch_create(unsigned int capacity);
-/* Submits n requests, all or none (-EAGAIN when over capacity). A plain
+/* Submits n requests, all or none (-EAGAIN when over capacity); base and
+ * segments as fgds_read and fgds_readv (GPU memory the caller did not
+ * register: the library's cached registration of its allocation). A plain
  * request of at most the chunk size, aligned for O_DIRECT, into host memory
  * or a registered buffer goes on the batch's own io_uring (handed to the
  * kernel two per system call, reaped by fgds_batch_wait); the others run

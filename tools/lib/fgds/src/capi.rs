@@ -232,6 +232,35 @@ fn lookup(addr: u64, size: u64) -> Result<(Arc<Buffer>, usize)> {
     Err(Error::NotRegistered { addr, size })
 }
 
+/// The runtime that knows `addr` as GPU memory: CUDA's, else HIP's (each loaded once, and only
+/// for an address no registration holds).
+fn gpu_runtime_of(addr: u64) -> Option<Arc<crate::gpu::Runtime>> {
+    [crate::gpu::Runtime::cuda, crate::gpu::Runtime::hip]
+        .into_iter()
+        .filter_map(|get| get().ok())
+        .find(|rt| rt.describe(addr).is_ok())
+}
+
+/// Where `size` bytes at `addr + off` are, for a request that holds its buffer until done
+/// (vectored, batch): the caller's registration that holds them, else, for GPU memory the
+/// caller did not register, the library's cached registration of its allocation
+/// (`gpucache::buffer_for`: none per call); the buffer and the bytes' offset in it.
+fn held(addr: u64, off: u64, size: usize) -> Result<(Arc<Buffer>, usize)> {
+    match lookup(addr, off.saturating_add(size as u64)) {
+        Ok((b, o)) => Ok((b, o + off as usize)),
+        Err(e @ Error::NotRegistered { .. }) => {
+            let Some((at, rt)) = addr
+                .checked_add(off)
+                .and_then(|at| Some((at, gpu_runtime_of(at)?)))
+            else {
+                return Err(e);
+            };
+            crate::gpucache::buffer_for(&rt, at, size.max(1)).map(|(b, o, _)| (b, o))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn insert(b: Buffer) -> Result<u64> {
     let base = b.base_addr();
     let end = base + b.len() as u64;
@@ -490,13 +519,32 @@ fn rw(
     let f = file(handle)?;
     let fo = off(file_off, "file offset")?;
     let bo = off(buf_off, "buffer offset")?;
-    let (b, o) = lookup(base as u64, bo.saturating_add(size as u64))?;
-    crate::engine::do_io(&f, op, &b, o + bo as usize, size, fo, None)
+    match lookup(base as u64, bo.saturating_add(size as u64)) {
+        Ok((b, o)) => crate::engine::do_io(&f, op, &b, o + bo as usize, size, fo, None),
+        Err(e @ Error::NotRegistered { .. }) => {
+            // GPU memory the caller did not register: a staging buffer or a cached registration
+            // of its allocation (`gpucache`), never a registration per call.
+            let Some((at, rt)) = (base as u64)
+                .checked_add(bo)
+                .and_then(|at| Some((at, gpu_runtime_of(at)?)))
+            else {
+                return Err(e);
+            };
+            match op {
+                Op::Read => crate::gpucache::read(&f, &rt, at, size, fo),
+                Op::Write => crate::gpucache::write(&f, &rt, at, size, fo),
+            }
+            .map(|(n, _)| n)
+        }
+        Err(e) => Err(e),
+    }
 }
 
-/// Reads `size` bytes at `file_offset` into `base + buf_offset` (`base`
-/// inside a registered buffer). Returns bytes read (short at EOF) or a
-/// negative code.
+/// Reads `size` bytes at `file_offset` into `base + buf_offset`: `base`
+/// inside a registered buffer, or GPU memory (CUDA, HIP) the caller did not
+/// register, which the library serves through its staging pool or its cached
+/// registration of the allocation, never a registration per call. Returns
+/// bytes read (short at EOF) or a negative code.
 #[no_mangle]
 pub extern "C" fn fgds_read(
     handle: c_int,
@@ -624,9 +672,8 @@ fn resolve_segments(
         .enumerate()
         .map(|(i, s)| {
             let o = off(s.offset, "segment offset").map_err(|e| Error::segment(i, e))?;
-            let (b, bo) = lookup(s.base as u64, o.saturating_add(s.size as u64))
-                .map_err(|e| Error::segment(i, e))?;
-            Ok((b, bo + o as usize, s.size))
+            let (b, bo) = held(s.base as u64, o, s.size).map_err(|e| Error::segment(i, e))?;
+            Ok((b, bo, s.size))
         })
         .collect()
 }
@@ -954,11 +1001,10 @@ pub unsafe extern "C" fn fgds_batch_submit(
             let file_off = off(p.file_offset, "file offset").map_err(|e| Error::segment(i, e))?;
             let target = if p.segments.is_null() {
                 let bo = off(p.buf_offset, "buffer offset").map_err(|e| Error::segment(i, e))?;
-                let (b, o) = lookup(p.base as u64, bo.saturating_add(p.size as u64))
-                    .map_err(|e| Error::segment(i, e))?;
+                let (b, o) = held(p.base as u64, bo, p.size).map_err(|e| Error::segment(i, e))?;
                 IoTarget::Plain {
                     buffer: b,
-                    buf_off: o + bo as usize,
+                    buf_off: o,
                     size: p.size,
                 }
             } else {

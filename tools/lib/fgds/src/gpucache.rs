@@ -5,7 +5,9 @@
 //! `mmap`, and on the way out `munmap` and `FGDS_IOCTL_UNREG_BUFFER`, 30 to
 //! 48 ms in the VM) per call. libcufile (`cuFileRead` on memory never given
 //! to `cuFileBufRegister`: KvikIO's, torch's and LMCache's way), the Python
-//! package and C callers ([`read`], [`write`], [`buffer_for`]) go through it.
+//! package and the C ABI (`fgds_read`, `fgds_write`; `fgds_readv`,
+//! `fgds_writev` and batches) go through it ([`read`], [`write`],
+//! [`buffer_for`]).
 //!
 //! # Which path a request takes
 //!

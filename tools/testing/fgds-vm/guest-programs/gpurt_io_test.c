@@ -6,7 +6,8 @@
  * dma-buf through the runtime, registers and maps it; then reads and
  * writes both ways through the pread backend, io_uring, vectored I/O, one
  * call larger than the split size, a batch and (CUDA) stream-ordered I/O
- * on a created and on the legacy stream. Strict mode, and the statistics
+ * on a created and on the legacy stream; and memory it never registered,
+ * with no REG_BUFFER per call. Strict mode, and the statistics
  * must say every byte went direct; every byte read is checked by the host
  * in the BAR file, every byte written comes from a range the host filled.
  */
@@ -246,6 +247,78 @@ static void run_batch(struct __test_metadata *_metadata, int h, struct fgds_io_p
 		EXPECT_EQ((int64_t)p[i].size, ev[i].result);
 	}
 	EXPECT_EQ(0, fgds_batch_destroy(batch));
+}
+
+/*
+ * GPU memory the caller never registered, through the C ABI: fgds_read and
+ * fgds_write (a request under FGDS_REG_CACHE_MIN through the staging pool
+ * until the allocation has a cached registration, larger ones into that
+ * registration) and fgds_readv (its segments into it). After one warm-up
+ * round, four more make no REG_BUFFER (the library's own count) and no
+ * registration of their own; the host checks every byte read in the BAR
+ * file, and every byte written is compared in the file.
+ */
+TEST_F_TIMEOUT(gpu, unregistered_memory_without_registration_per_call, 300)
+{
+	const size_t small = 256 * 1024, large = 2 * SZ_1M, len = 8 * SZ_1M;
+	struct fgds_gpucache_counters c0, c1;
+	uint64_t dptr, bar;
+	char *b;
+	int h, r, ord;
+
+	if (variant->hip) {
+		void *p = NULL;
+
+		ASSERT_EQ(0, hipMalloc(&p, len));
+		dptr = (uintptr_t)p;
+	} else {
+		ASSERT_EQ(0, cuMemAlloc_v2(&dptr, len));
+	}
+	b = (char *)(uintptr_t)dptr;
+	ASSERT_EQ(0, fgds_gpurt_bar_offset(dptr, &ord, &bar));
+	h = open_handle(self->path, 0);
+	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
+	memset(&c0, 0, sizeof(c0));
+	for (r = 0; r < 5; r++) {
+		const uint64_t fo = r * SZ_1M;
+		struct fgds_io_segment segs[2] = {
+			{ b, 4 * SZ_1M, small },
+			{ b, 6 * SZ_1M, small },
+		};
+
+		if (r == 1)
+			ASSERT_EQ(0, fgds_gpucache_counters(&c0));
+		ASSERT_EQ((ssize_t)small, fgds_read(h, b, small, fo, r * small))
+			TH_LOG("round %d: %s", r, fgds_last_error());
+		guest_host_check(_metadata, SEED, bar + r * small, small, fo);
+		ASSERT_EQ((ssize_t)large, fgds_read(h, b, large, fo + SZ_1M, 2 * SZ_1M))
+			TH_LOG("round %d: %s", r, fgds_last_error());
+		guest_host_check(_metadata, SEED, bar + 2 * SZ_1M, large, fo + SZ_1M);
+		ASSERT_EQ((ssize_t)(2 * small), fgds_readv(h, segs, 2, fo + 3 * SZ_1M))
+			TH_LOG("round %d: %s", r, fgds_last_error());
+		guest_host_check(_metadata, SEED, bar + 4 * SZ_1M, small, fo + 3 * SZ_1M);
+		guest_host_check(_metadata, SEED, bar + 6 * SZ_1M, small, fo + 3 * SZ_1M + small);
+		guest_host_fill(_metadata, 0x50 + r, bar + 2 * SZ_1M, large);
+		ASSERT_EQ((ssize_t)large, fgds_write(h, b, large, LEN + r * large, 2 * SZ_1M))
+			TH_LOG("round %d: %s", r, fgds_last_error());
+		EXPECT_EQ(-1, file_cmp(self->path, LEN + r * large, large, 0x50 + r, 0));
+	}
+	ASSERT_EQ(0, fgds_gpucache_counters(&c1));
+	printf("# 4 rounds of 4 requests on unregistered %s memory: REG_BUFFER %llu, "
+	       "staged %llu, cached %llu, uncached %llu\n", variant->hip ? "HIP" : "CUDA",
+	       (unsigned long long)(c1.registrations - c0.registrations),
+	       (unsigned long long)(c1.staged - c0.staged),
+	       (unsigned long long)(c1.cached - c0.cached),
+	       (unsigned long long)(c1.uncached - c0.uncached));
+	EXPECT_EQ(c0.registrations, c1.registrations);
+	EXPECT_EQ(c0.uncached, c1.uncached);
+	EXPECT_LE(c0.cached + 4 * 3, c1.cached);
+	fgds_close(h);
+	if (variant->hip) {
+		EXPECT_EQ(0, hipFree(b));
+	} else {
+		EXPECT_EQ(0, cuMemFree_v2(dptr));
+	}
 }
 
 TEST_F_TIMEOUT(gpu, batch_both_ways, 300)
