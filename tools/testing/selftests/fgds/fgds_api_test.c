@@ -553,9 +553,7 @@ TEST_F(api, reg_charges_the_memory_cgroup)
 	char val[32];
 	pid_t pid;
 
-	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
-		mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL);
-	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+	if (fgds_cgroup2_mount())
 		SKIP(return, "no cgroup v2 (CONFIG_MEMCG?)");
 	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"));
 	rmdir(CG);
@@ -648,9 +646,7 @@ TEST_F_TIMEOUT(api, small_registrations_charge_every_object, 600)
 	int status, dmabuf;
 	pid_t pid;
 
-	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
-		mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL);
-	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+	if (fgds_cgroup2_mount())
 		SKIP(return, "no cgroup v2 (CONFIG_MEMCG?)");
 	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory"));
 	rmdir(CG);

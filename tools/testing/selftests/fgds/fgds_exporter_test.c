@@ -1342,6 +1342,7 @@ TEST_F_TIMEOUT(late, revoke_and_unbind_with_iomax_reads, 1200)
 	ASSERT_EQ(0, whole_disk_of(st.st_rdev, dev, sizeof(dev)));
 	strncat(dev, " rbps=" IOMAX_RBPS, sizeof(dev) - strlen(dev) - 1);
 	rmdir(IOMAX_CG);
+	ASSERT_EQ(0, fgds_cgroup2_mount());
 	ASSERT_EQ(0, fgds_sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+io"));
 	ASSERT_EQ(0, mkdir(IOMAX_CG, 0755));
 	ASSERT_EQ(0, iomax_write("io.max", dev)) TH_LOG("io.max: %s", dev);

@@ -98,6 +98,19 @@ static inline int fgds_sysfs_write(const char *path, const char *val)
 	return ret;
 }
 
+/*
+ * Mounts cgroup v2 at /sys/fs/cgroup unless it is there: 0, or -errno. A
+ * test that uses a controller calls it itself, whatever ran before it.
+ */
+static inline int fgds_cgroup2_mount(void)
+{
+	if (!access("/sys/fs/cgroup/cgroup.controllers", F_OK))
+		return 0;
+	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL))
+		return -errno;
+	return 0;
+}
+
 /* The fgds node serving PCI device @bdf, in @path: 0, or -ENODEV when there is none. */
 static inline int fgds_node_of(const char *bdf, char *path, size_t len)
 {
