@@ -232,13 +232,15 @@ fn lookup(addr: u64, size: u64) -> Result<(Arc<Buffer>, usize)> {
     Err(Error::NotRegistered { addr, size })
 }
 
-/// The runtime that knows `addr` as GPU memory: CUDA's, else HIP's (each loaded once, and only
-/// for an address no registration holds).
-fn gpu_runtime_of(addr: u64) -> Option<Arc<crate::gpu::Runtime>> {
+/// `addr + off`, in GPU memory that no registration holds, and the runtime that knows it:
+/// CUDA's, else HIP's (each loaded once, only on this path); `None` for anything else.
+fn unregistered_gpu(addr: u64, off: u64) -> Option<(u64, Arc<crate::gpu::Runtime>)> {
+    let at = addr.checked_add(off)?;
     [crate::gpu::Runtime::cuda, crate::gpu::Runtime::hip]
         .into_iter()
         .filter_map(|get| get().ok())
-        .find(|rt| rt.describe(addr).is_ok())
+        .find(|rt| rt.describe(at).is_ok())
+        .map(|rt| (at, rt))
 }
 
 /// Where `size` bytes at `addr + off` are, for a request that holds its buffer until done
@@ -248,15 +250,12 @@ fn gpu_runtime_of(addr: u64) -> Option<Arc<crate::gpu::Runtime>> {
 fn held(addr: u64, off: u64, size: usize) -> Result<(Arc<Buffer>, usize)> {
     match lookup(addr, off.saturating_add(size as u64)) {
         Ok((b, o)) => Ok((b, o + off as usize)),
-        Err(e @ Error::NotRegistered { .. }) => {
-            let Some((at, rt)) = addr
-                .checked_add(off)
-                .and_then(|at| Some((at, gpu_runtime_of(at)?)))
-            else {
-                return Err(e);
-            };
-            crate::gpucache::buffer_for(&rt, at, size.max(1)).map(|(b, o, _)| (b, o))
-        }
+        Err(e @ Error::NotRegistered { .. }) => match unregistered_gpu(addr, off) {
+            Some((at, rt)) => {
+                crate::gpucache::buffer_for(&rt, at, size.max(1)).map(|(b, o, _)| (b, o))
+            }
+            None => Err(e),
+        },
         Err(e) => Err(e),
     }
 }
@@ -521,21 +520,16 @@ fn rw(
     let bo = off(buf_off, "buffer offset")?;
     match lookup(base as u64, bo.saturating_add(size as u64)) {
         Ok((b, o)) => crate::engine::do_io(&f, op, &b, o + bo as usize, size, fo, None),
-        Err(e @ Error::NotRegistered { .. }) => {
-            // GPU memory the caller did not register: a staging buffer or a cached registration
-            // of its allocation (`gpucache`), never a registration per call.
-            let Some((at, rt)) = (base as u64)
-                .checked_add(bo)
-                .and_then(|at| Some((at, gpu_runtime_of(at)?)))
-            else {
-                return Err(e);
-            };
-            match op {
+        // GPU memory the caller did not register: a staging buffer or a cached registration of
+        // its allocation (`gpucache`), never a registration per call.
+        Err(e @ Error::NotRegistered { .. }) => match unregistered_gpu(base as u64, bo) {
+            Some((at, rt)) => match op {
                 Op::Read => crate::gpucache::read(&f, &rt, at, size, fo),
                 Op::Write => crate::gpucache::write(&f, &rt, at, size, fo),
             }
-            .map(|(n, _)| n)
-        }
+            .map(|(n, _)| n),
+            None => Err(e),
+        },
         Err(e) => Err(e),
     }
 }
