@@ -620,13 +620,13 @@ fn extents(
 fn mark_going(gs: &mut GpuState, chunk: &Arc<Chunk>) -> u64 {
     let mut published = 0;
     while published < chunk.units {
-        let key = chunk.key + published;
-        if !matches!(gs.chunks.get(&key), Some(Unit::Live(c)) if Arc::ptr_eq(c, chunk)) {
+        let Some(unit) = gs.chunks.get_mut(&(chunk.key + published)) else {
+            break;
+        };
+        if !matches!(unit, Unit::Live(c) if Arc::ptr_eq(c, chunk)) {
             break;
         }
-        if let Some(unit) = gs.chunks.get_mut(&key) {
-            *unit = Unit::Going;
-        }
+        *unit = Unit::Going;
         published += 1;
     }
     if published > 0 {
