@@ -361,18 +361,7 @@ pub unsafe extern "C" fn fgds_open(
     }
     let p = CStr::from_ptr(path).to_string_lossy().into_owned();
     // SAFETY: the caller's cfg.
-    let r = unsafe { config(cfg) }
-        .and_then(|c| FileHandle::open(p, flags, mode, c))
-        .and_then(|f| {
-            let id = new_id()?;
-            reg()
-                .files
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, Arc::new(f));
-            Ok(id)
-        });
-    r.unwrap_or_else(fail)
+    unsafe { open_handle(cfg, |c| FileHandle::open(p, flags, mode, c)) }
 }
 
 /// Wraps an open descriptor (duplicated; the caller keeps `fd`).
@@ -382,17 +371,29 @@ pub unsafe extern "C" fn fgds_open(
 #[no_mangle]
 pub unsafe extern "C" fn fgds_open_fd(fd: c_int, cfg: *const fgds_config) -> c_int {
     // SAFETY: the caller's cfg.
-    let r = unsafe { config(cfg) }
-        .and_then(|c| FileHandle::from_fd(fd, c))
-        .and_then(|f| {
-            let id = new_id()?;
-            reg()
-                .files
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, Arc::new(f));
-            Ok(id)
-        });
+    unsafe { open_handle(cfg, |c| FileHandle::from_fd(fd, c)) }
+}
+
+/// The configuration `cfg` asks for, a file `open` opens with it, and a
+/// handle for that file: the handle (> 0) or a negative code, for
+/// [`fgds_open`] and [`fgds_open_fd`].
+///
+/// # Safety
+/// `cfg` must be NULL or valid.
+unsafe fn open_handle(
+    cfg: *const fgds_config,
+    open: impl FnOnce(Config) -> Result<FileHandle>,
+) -> c_int {
+    // SAFETY: the caller's cfg.
+    let r = unsafe { config(cfg) }.and_then(open).and_then(|f| {
+        let id = new_id()?;
+        reg()
+            .files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(f));
+        Ok(id)
+    });
     r.unwrap_or_else(fail)
 }
 
