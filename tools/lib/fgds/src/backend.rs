@@ -3,27 +3,55 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
-/// One request: a read or write of one buffer, or of an iovec array.
-pub(crate) enum Req {
-    Rw {
-        write: bool,
-        fd: RawFd,
-        ptr: *mut u8,
-        len: usize,
-        off: u64,
-    },
-    Rwv {
-        write: bool,
-        fd: RawFd,
-        iov: *const libc::iovec,
-        cnt: usize,
-        off: u64,
-    },
+/// One request: a read (`write` false) or write at `off` of `fd`, of one
+/// buffer or of an iovec array.
+pub(crate) struct Req {
+    pub(crate) write: bool,
+    pub(crate) fd: RawFd,
+    pub(crate) off: u64,
+    pub(crate) mem: Mem,
+}
+
+/// The memory of a [`Req`].
+#[derive(Clone, Copy)]
+pub(crate) enum Mem {
+    /// One buffer: its address and bytes.
+    Buf(*mut u8, usize),
+    /// An iovec array: its address and entries.
+    Iov(*const libc::iovec, usize),
+}
+
+impl Req {
+    /// The io_uring entry of the request (`READ`, `WRITE`, `READV`, `WRITEV`).
+    fn sqe(&self) -> squeue::Entry {
+        let (fd, off) = (types::Fd(self.fd), self.off);
+        match (self.mem, self.write) {
+            (Mem::Buf(p, n), false) => opcode::Read::new(fd, p, n as u32).offset(off).build(),
+            (Mem::Buf(p, n), true) => opcode::Write::new(fd, p, n as u32).offset(off).build(),
+            (Mem::Iov(v, n), false) => opcode::Readv::new(fd, v, n as u32).offset(off).build(),
+            (Mem::Iov(v, n), true) => opcode::Writev::new(fd, v, n as u32).offset(off).build(),
+        }
+    }
+
+    /// Runs the request on the calling thread (`pread`, `pwrite`, `preadv`,
+    /// `pwritev`): bytes, or -1 and `errno`.
+    ///
+    /// # Safety
+    /// The request's memory is live for its length.
+    unsafe fn run(&self) -> isize {
+        let (fd, off) = (self.fd, self.off as libc::off_t);
+        match (self.mem, self.write) {
+            (Mem::Buf(p, n), false) => libc::pread(fd, p as *mut libc::c_void, n, off),
+            (Mem::Buf(p, n), true) => libc::pwrite(fd, p as *const libc::c_void, n, off),
+            (Mem::Iov(v, n), false) => libc::preadv(fd, v, n as i32, off),
+            (Mem::Iov(v, n), true) => libc::pwritev(fd, v, n as i32, off),
+        }
+    }
 }
 
 struct Ring {
@@ -47,45 +75,7 @@ impl Backend<'_> {
     pub(crate) fn push(&mut self, id: u64, req: &Req) -> Result<()> {
         match self {
             Backend::Ring(ring) => {
-                let sqe = match *req {
-                    Req::Rw {
-                        write: false,
-                        fd,
-                        ptr,
-                        len,
-                        off,
-                    } => opcode::Read::new(types::Fd(fd), ptr, len as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rw {
-                        write: true,
-                        fd,
-                        ptr,
-                        len,
-                        off,
-                    } => opcode::Write::new(types::Fd(fd), ptr, len as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rwv {
-                        write: false,
-                        fd,
-                        iov,
-                        cnt,
-                        off,
-                    } => opcode::Readv::new(types::Fd(fd), iov, cnt as u32)
-                        .offset(off)
-                        .build(),
-                    Req::Rwv {
-                        write: true,
-                        fd,
-                        iov,
-                        cnt,
-                        off,
-                    } => opcode::Writev::new(types::Fd(fd), iov, cnt as u32)
-                        .offset(off)
-                        .build(),
-                };
-                let sqe = sqe.user_data(id);
+                let sqe = req.sqe().user_data(id);
                 loop {
                     // SAFETY: the memory each SQE points at outlives its
                     // completion: run() reaps every request before returning.
@@ -100,38 +90,7 @@ impl Backend<'_> {
             }
             Backend::Sync(q) => {
                 // SAFETY: pointers describe live memory of the request.
-                let r = unsafe {
-                    match *req {
-                        Req::Rw {
-                            write: false,
-                            fd,
-                            ptr,
-                            len,
-                            off,
-                        } => libc::pread(fd, ptr as *mut libc::c_void, len, off as libc::off_t),
-                        Req::Rw {
-                            write: true,
-                            fd,
-                            ptr,
-                            len,
-                            off,
-                        } => libc::pwrite(fd, ptr as *const libc::c_void, len, off as libc::off_t),
-                        Req::Rwv {
-                            write: false,
-                            fd,
-                            iov,
-                            cnt,
-                            off,
-                        } => libc::preadv(fd, iov, cnt as i32, off as libc::off_t),
-                        Req::Rwv {
-                            write: true,
-                            fd,
-                            iov,
-                            cnt,
-                            off,
-                        } => libc::pwritev(fd, iov, cnt as i32, off as libc::off_t),
-                    }
-                };
+                let r = unsafe { req.run() };
                 let r = if r < 0 {
                     -std::io::Error::last_os_error()
                         .raw_os_error()

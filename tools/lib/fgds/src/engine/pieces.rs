@@ -7,7 +7,7 @@ use super::plan::{
     direct_span, indirect_mode, is_fallback_errno, op_name, round_down, round_up, Mode, Op, Piece,
     Stop,
 };
-use crate::backend::{with_backend, Req};
+use crate::backend::{with_backend, Mem, Req};
 use crate::buffer::{page_size, Buffer, QueuedCopy, Staging};
 use crate::config::BounceRead;
 use crate::error::{Error, Result};
@@ -354,12 +354,11 @@ pub(super) fn run_pieces(
                 } else {
                     st.bounce_ops.fetch_add(1, Ordering::Relaxed);
                 }
-                let req = Req::Rw {
+                let req = Req {
                     write,
                     fd,
-                    ptr,
-                    len,
                     off,
+                    mem: Mem::Buf(ptr, len),
                 };
                 if let Err(e) = be.push(i as u64, &req) {
                     err = Some(e);

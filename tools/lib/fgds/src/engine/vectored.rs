@@ -8,7 +8,7 @@ use super::plan::{
     Mode, Op, Piece, Segment,
 };
 use super::split::run_call;
-use crate::backend::{with_backend, Req};
+use crate::backend::{with_backend, Mem, Req};
 use crate::buffer::Buffer;
 use crate::config::UIO_MAXIOV;
 use crate::error::{Error, Result};
@@ -258,12 +258,11 @@ fn vectored(
                     break;
                 }
                 let r = &reqs[next];
-                let req = Req::Rwv {
+                let req = Req {
                     write,
                     fd: dfd,
-                    iov: r.iov.as_ptr(),
-                    cnt: r.iov.len(),
                     off: r.file_off,
+                    mem: Mem::Iov(r.iov.as_ptr(), r.iov.len()),
                 };
                 be.push(next as u64, &req)?;
                 st.direct_ops.fetch_add(1, Ordering::Relaxed);
