@@ -105,7 +105,7 @@ use crate::device::list_devices;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::gpu::{self, DeviceMemory, Runtime};
-use cache::{cached, cached_hit, occupancy};
+use cache::{cached, occupancy};
 use pool::{lease, staged};
 use settings::{
     BOUNCED, CACHED, CACHE_REGS, EVICTED, FULL, HITS, POOL_BUFFERS, POOL_FAILURES, STAGED, STALE,
@@ -198,7 +198,7 @@ pub fn buffer_for(
         let route = route_of(&b);
         return Ok((Arc::new(b), 0, route));
     }
-    if let Some((b, off)) = cached(rt, &mem, dptr, size as u64) {
+    if let Some((b, off)) = cached(rt, &mem, dptr, size as u64, true) {
         CACHED.fetch_add(1, Ordering::Relaxed);
         return Ok((b, off, Route::Cached));
     }
@@ -277,15 +277,9 @@ fn io(
         )?;
         return Ok((n + m, route));
     }
-    let mut tried_cache = false;
     // From the threshold on, the allocation is registered if it is not
     // yet; below it, its registration is used only if it exists already.
-    let found = if large {
-        tried_cache = true;
-        cached(rt, &mem, dptr, size as u64)
-    } else {
-        cached_hit(rt, &mem, dptr, size as u64)
-    };
+    let found = cached(rt, &mem, dptr, size as u64, large);
     if let Some((b, off)) = found {
         CACHED.fetch_add(1, Ordering::Relaxed);
         return run(&b, off).map(|n| (n, Route::Cached));
@@ -294,8 +288,8 @@ fn io(
         STAGED.fetch_add(1, Ordering::Relaxed);
         return staged(file, rt, &mem, &l, write, dptr, size, file_off).map(|n| (n, Route::Staged));
     }
-    if !tried_cache {
-        if let Some((b, off)) = cached(rt, &mem, dptr, size as u64) {
+    if !large {
+        if let Some((b, off)) = cached(rt, &mem, dptr, size as u64, true) {
             CACHED.fetch_add(1, Ordering::Relaxed);
             return run(&b, off).map(|n| (n, Route::Cached));
         }

@@ -266,31 +266,11 @@ fn start_reaper() {
 
 /// The cached registration of the window of the allocation holding
 /// `[dptr, dptr + size)` ([`window_of`]) and `dptr`'s offset in it, made if
-/// there is none; `None` where it cannot be registered (no buffer id, not
-/// page aligned, the range past its last whole page or across the window's
-/// end, refused by the driver) or the cache is full of registrations in
-/// use.
+/// there is none and `register` is set (else only one there is already);
+/// `None` where it cannot be registered (no buffer id, not page aligned,
+/// the range past its last whole page or across the window's end, refused
+/// by the driver) or the cache is full of registrations in use.
 pub(super) fn cached(
-    rt: &Arc<Runtime>,
-    mem: &DeviceMemory,
-    dptr: u64,
-    size: u64,
-) -> Option<(Arc<Buffer>, usize)> {
-    cached_or(rt, mem, dptr, size, true)
-}
-
-/// [`cached`] without registering on a miss: the cached registration of the
-/// allocation only if there is one already.
-pub(super) fn cached_hit(
-    rt: &Arc<Runtime>,
-    mem: &DeviceMemory,
-    dptr: u64,
-    size: u64,
-) -> Option<(Arc<Buffer>, usize)> {
-    cached_or(rt, mem, dptr, size, false)
-}
-
-fn cached_or(
     rt: &Arc<Runtime>,
     mem: &DeviceMemory,
     dptr: u64,
