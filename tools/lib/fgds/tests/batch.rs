@@ -34,10 +34,7 @@ fn async_read_and_write() {
 
 #[test]
 fn batch_mixed_plain_and_vectored() {
-    let d = tmpdir();
-    let data = random_bytes(1 << 20, 33);
-    let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, batch_config()));
+    let (_d, data, f) = batch_file(1 << 20, 33);
     let b = Arc::new(host(1 << 20));
     let mut batch = Batch::new(8).unwrap();
     let mut params = Vec::new();
@@ -112,17 +109,7 @@ fn batch_capacity_and_errors() {
     let b = Arc::new(host(65536));
     assert!(Batch::new(0).is_err());
     let mut batch = Batch::new(2).unwrap();
-    let mk = |cookie, size| IoParams {
-        cookie,
-        file: f.clone(),
-        op: Op::Read,
-        file_off: 0,
-        target: IoTarget::Plain {
-            buffer: b.clone(),
-            buf_off: 0,
-            size,
-        },
-    };
+    let mk = |cookie, size| plain_request(&f, &b, cookie, Op::Read, 0, 0, size);
     match batch.submit(&[mk(1, 4096), mk(2, 4096), mk(3, 4096)]) {
         Err(
             e @ Error::BatchFull {
@@ -203,17 +190,7 @@ fn batch_cancel_and_timeout() {
     let b = Arc::new(host(4 << 20));
     let mut batch = Batch::new(64).unwrap();
     let params: Vec<IoParams> = (0..64u64)
-        .map(|i| IoParams {
-            cookie: i,
-            file: f.clone(),
-            op: Op::Read,
-            file_off: 0,
-            target: IoTarget::Plain {
-                buffer: b.clone(),
-                buf_off: 0,
-                size: 4 << 20,
-            },
-        })
+        .map(|i| plain_request(&f, &b, i, Op::Read, 0, 0, 4 << 20))
         .collect();
     batch.submit(&params).unwrap();
     let ev = batch.wait(64, Some(Duration::from_millis(1)));
@@ -246,11 +223,8 @@ fn batch_cancel_and_timeout() {
 /// that comes back short (the end of the file) is finished by the engine.
 #[test]
 fn batch_ring_and_threads_together() {
-    let d = tmpdir();
     let len = 256 * 1024 + 1000;
-    let data = random_bytes(len, 38);
-    let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, batch_config()));
+    let (_d, data, f) = batch_file(len, 38);
     let b = Arc::new(host(1 << 20));
     let mut batch = Batch::new(128).unwrap();
     let mut params = Vec::new();
@@ -317,10 +291,7 @@ fn batch_ring_and_threads_together() {
 /// flag when cancel() ran.
 #[test]
 fn batch_ring_cancel_follows_to_the_engine() {
-    let d = tmpdir();
-    let data = random_bytes(4096 + 1000, 40);
-    let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, batch_config()));
+    let (_d, data, f) = batch_file(4096 + 1000, 40);
     let b = Arc::new(host(8192));
     // 8 KiB at offset 4096: aligned, one chunk, so on the ring; 1000
     // bytes are there.
@@ -347,11 +318,8 @@ fn batch_ring_cancel_follows_to_the_engine() {
 /// Complete (with its bytes) or Canceled, and dropping waits for the rest.
 #[test]
 fn batch_ring_cancel_and_drop() {
-    let d = tmpdir();
     const N: usize = 2048;
-    let data = random_bytes(N * 4096, 39);
-    let p = file_with(&d, "f", &data);
-    let f = Arc::new(open_rw(&p, batch_config()));
+    let (_d, data, f) = batch_file(N * 4096, 39);
     let b = Arc::new(host(N * 4096));
     let mut batch = Batch::new(N).unwrap();
     let params: Vec<IoParams> = (0..N).map(|i| block_request(&f, &b, Op::Read, i)).collect();

@@ -30,6 +30,15 @@ pub fn file_with(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> PathBuf {
     p
 }
 
+/// A file of `len` random bytes (`seed`) in a new temporary folder, opened
+/// with [`batch_config`]: the folder (to keep), the bytes and the handle.
+pub fn batch_file(len: usize, seed: u64) -> (tempfile::TempDir, Vec<u8>, Arc<FileHandle>) {
+    let d = tmpdir();
+    let data = random_bytes(len, seed);
+    let p = file_with(&d, "f", &data);
+    (d, data, Arc::new(open_rw(&p, batch_config())))
+}
+
 pub fn open_rw(p: &std::path::Path, cfg: Config) -> FileHandle {
     FileHandle::open(p, libc::O_RDWR | libc::O_CREAT, 0o644, cfg).expect("open")
 }

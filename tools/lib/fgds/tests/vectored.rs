@@ -1,6 +1,15 @@
 mod common;
 use common::*;
-use fgds::{engine::packed_requests, Config, Error, Segment, FGDS_IOV_MAX};
+use fgds::{engine::packed_requests, Buffer, Config, Error, Segment, FGDS_IOV_MAX};
+
+/// `Segment { buffer, offset, size }`.
+fn seg(buffer: &Buffer, offset: usize, size: usize) -> Segment<'_> {
+    Segment {
+        buffer,
+        offset,
+        size,
+    }
+}
 
 fn cfg() -> Config {
     Config {
@@ -19,31 +28,11 @@ fn readv_scatters_exactly() {
     let a = host(256 * 1024);
     let b = host(512 * 1024);
     let segs = [
-        Segment {
-            buffer: &a,
-            offset: 4096,
-            size: 8192,
-        },
-        Segment {
-            buffer: &b,
-            offset: 0,
-            size: 200 * 1024,
-        },
-        Segment {
-            buffer: &a,
-            offset: 64 * 1024,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: 68 * 1024,
-            size: 4096,
-        }, // memory-contiguous with previous
-        Segment {
-            buffer: &b,
-            offset: 300 * 1024,
-            size: 100 * 1024,
-        },
+        seg(&a, 4096, 8192),
+        seg(&b, 0, 200 * 1024),
+        seg(&a, 64 * 1024, 4096),
+        seg(&a, 68 * 1024, 4096), // memory-contiguous with previous
+        seg(&b, 300 * 1024, 100 * 1024),
     ];
     let total: usize = segs.iter().map(|s| s.size).sum();
     assert_eq!(f.readv(&segs, 4096).unwrap(), total);
@@ -69,23 +58,7 @@ fn writev_gathers_exactly_and_unaligned_segments_work() {
     let src = random_bytes(100_000, 22);
     a.write_bytes(0, &src).unwrap();
     // unaligned segments: go segment by segment with bounce edges
-    let segs = [
-        Segment {
-            buffer: &a,
-            offset: 3,
-            size: 1000,
-        },
-        Segment {
-            buffer: &a,
-            offset: 50_000,
-            size: 30_001,
-        },
-        Segment {
-            buffer: &a,
-            offset: 10,
-            size: 7,
-        },
-    ];
+    let segs = [seg(&a, 3, 1000), seg(&a, 50_000, 30_001), seg(&a, 10, 7)];
     assert_eq!(f.writev(&segs, 5).unwrap(), 31_008);
     let disk = std::fs::read(&p).unwrap();
     let mut expect = vec![0u8; 5];
@@ -102,23 +75,7 @@ fn readv_short_at_eof() {
     let p = file_with(&d, "f", &data);
     let f = open_rw(&p, cfg());
     let a = host(64 * 1024);
-    let segs = [
-        Segment {
-            buffer: &a,
-            offset: 0,
-            size: 8192,
-        },
-        Segment {
-            buffer: &a,
-            offset: 16384,
-            size: 8192,
-        },
-        Segment {
-            buffer: &a,
-            offset: 32768,
-            size: 8192,
-        },
-    ];
+    let segs = [seg(&a, 0, 8192), seg(&a, 16384, 8192), seg(&a, 32768, 8192)];
     assert_eq!(f.readv(&segs, 0).unwrap(), 12_288 + 100);
     assert_same(&a.read_bytes(0, 8192).unwrap(), &data[..8192]);
     assert_same(&a.read_bytes(16384, 4196).unwrap(), &data[8192..]);
@@ -128,29 +85,13 @@ fn readv_short_at_eof() {
 fn packing_merges_small_and_splits_large() {
     let a = host(8 << 20);
     // 1024 contiguous 4 KiB segments = 4 MiB of contiguous memory -> 64 KiB chunks
-    let segs: Vec<Segment<'_>> = (0..1024)
-        .map(|i| Segment {
-            buffer: &a,
-            offset: i * 4096,
-            size: 4096,
-        })
-        .collect();
+    let segs: Vec<Segment<'_>> = (0..1024).map(|i| seg(&a, i * 4096, 4096)).collect();
     assert_eq!(packed_requests(&segs, 64 * 1024), 64);
     assert_eq!(packed_requests(&segs, 8 << 20), 1);
     // non-contiguous small segments share requests up to UIO_MAXIOV
-    let segs: Vec<Segment<'_>> = (0..1024)
-        .map(|i| Segment {
-            buffer: &a,
-            offset: i * 8192,
-            size: 4096,
-        })
-        .collect();
+    let segs: Vec<Segment<'_>> = (0..1024).map(|i| seg(&a, i * 8192, 4096)).collect();
     assert_eq!(packed_requests(&segs, 8 << 20), 1);
-    let big = [Segment {
-        buffer: &a,
-        offset: 0,
-        size: 8 << 20,
-    }];
+    let big = [seg(&a, 0, 8 << 20)];
     assert_eq!(packed_requests(&big, 1 << 20), 8);
 }
 
@@ -161,13 +102,7 @@ fn vectored_limits_and_errors() {
     let p = file_with(&d, "f", &data);
     let f = open_rw(&p, cfg());
     let a = host(8 << 20);
-    let ok: Vec<Segment<'_>> = (0..FGDS_IOV_MAX)
-        .map(|i| Segment {
-            buffer: &a,
-            offset: i * 8192,
-            size: 4096,
-        })
-        .collect();
+    let ok: Vec<Segment<'_>> = (0..FGDS_IOV_MAX).map(|i| seg(&a, i * 8192, 4096)).collect();
     assert_eq!(f.readv(&ok, 0).unwrap(), FGDS_IOV_MAX * 4096);
     for (i, s) in ok.iter().enumerate().step_by(97) {
         assert_same(
@@ -176,11 +111,7 @@ fn vectored_limits_and_errors() {
         );
     }
     let mut too_many = ok.clone();
-    too_many.push(Segment {
-        buffer: &a,
-        offset: 0,
-        size: 4096,
-    });
+    too_many.push(seg(&a, 0, 4096));
     match f.readv(&too_many, 0) {
         Err(
             e @ Error::TooManySegments {
@@ -190,29 +121,14 @@ fn vectored_limits_and_errors() {
         ) => assert_eq!(e.errno(), libc::E2BIG),
         o => panic!("{o:?}"),
     }
-    let oob = [
-        Segment {
-            buffer: &a,
-            offset: 0,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: (8 << 20) - 4096,
-            size: 8192,
-        },
-    ];
+    let oob = [seg(&a, 0, 4096), seg(&a, (8 << 20) - 4096, 8192)];
     match f.readv(&oob, 0) {
         Err(Error::Segment { index: 1, source }) => {
             assert!(matches!(*source, Error::OutOfBounds { .. }))
         }
         o => panic!("{o:?}"),
     }
-    let zero = [Segment {
-        buffer: &a,
-        offset: 0,
-        size: 0,
-    }];
+    let zero = [seg(&a, 0, 0)];
     assert!(matches!(
         f.readv(&zero, 0),
         Err(Error::Segment { index: 0, .. })
@@ -225,23 +141,7 @@ fn vectored_limits_and_errors() {
             ..cfg()
         },
     );
-    let mis = [
-        Segment {
-            buffer: &a,
-            offset: 0,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: 8192,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: 12_289,
-            size: 4096,
-        },
-    ];
+    let mis = [seg(&a, 0, 4096), seg(&a, 8192, 4096), seg(&a, 12_289, 4096)];
     match strict.readv(&mis, 0) {
         Err(Error::Segment { index: 2, source }) => {
             assert!(matches!(
@@ -254,18 +154,7 @@ fn vectored_limits_and_errors() {
         }
         o => panic!("{o:?}"),
     }
-    let mis_size = [
-        Segment {
-            buffer: &a,
-            offset: 0,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: 8192,
-            size: 100,
-        },
-    ];
+    let mis_size = [seg(&a, 0, 4096), seg(&a, 8192, 100)];
     match strict.readv(&mis_size, 0) {
         Err(Error::Segment { index: 1, source }) => {
             assert!(matches!(*source, Error::Misaligned { what: "size", .. }))
@@ -287,18 +176,7 @@ fn vectored_fallback_without_o_direct() {
         },
     );
     let a = host(65536);
-    let segs = [
-        Segment {
-            buffer: &a,
-            offset: 0,
-            size: 4096,
-        },
-        Segment {
-            buffer: &a,
-            offset: 8192,
-            size: 30_000,
-        },
-    ];
+    let segs = [seg(&a, 0, 4096), seg(&a, 8192, 30_000)];
     assert_eq!(f.readv(&segs, 100).unwrap(), 34_096);
     assert_same(&a.read_bytes(0, 4096).unwrap(), &data[100..4196]);
     assert_same(&a.read_bytes(8192, 30_000).unwrap(), &data[4196..34_196]);
