@@ -233,26 +233,26 @@ impl Runtime {
 
     /// The process-wide CUDA runtime (loaded once).
     pub fn cuda() -> Result<Arc<Runtime>> {
-        static RT: OnceLock<std::result::Result<Arc<Runtime>, String>> = OnceLock::new();
-        RT.get_or_init(|| {
-            Runtime::load(Kind::Cuda)
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|r| unavailable(Kind::Cuda, r))
+        Runtime::shared(Kind::Cuda)
     }
 
     /// The process-wide HIP runtime (loaded once).
     pub fn hip() -> Result<Arc<Runtime>> {
-        static RT: OnceLock<std::result::Result<Arc<Runtime>, String>> = OnceLock::new();
-        RT.get_or_init(|| {
-            Runtime::load(Kind::Hip)
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|r| unavailable(Kind::Hip, r))
+        Runtime::shared(Kind::Hip)
+    }
+
+    /// The process-wide runtime of `kind`: loaded on the first call, and
+    /// that outcome (the runtime, or why it could not be loaded) kept.
+    fn shared(kind: Kind) -> Result<Arc<Runtime>> {
+        type Slot = OnceLock<std::result::Result<Arc<Runtime>, String>>;
+        static RT: [Slot; 2] = [OnceLock::new(), OnceLock::new()];
+        let slot = match kind {
+            Kind::Cuda => &RT[0],
+            Kind::Hip => &RT[1],
+        };
+        slot.get_or_init(|| Runtime::load(kind).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|r| unavailable(kind, r))
     }
 
     /// Which runtime.
