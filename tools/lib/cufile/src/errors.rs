@@ -45,7 +45,7 @@ pub(crate) fn status_of(call: &str, e: &Error) -> CUfileError_t {
 }
 
 /// cuFileRead's return for an error: `-1` with `errno` set, or `-code`.
-pub(crate) fn io_ret(call: &str, e: &Error) -> isize {
+fn io_ret(call: &str, e: &Error) -> isize {
     log(LogLevel::Debug, format_args!("{call}: {e}"));
     match op_code(e) {
         -1 => {
@@ -54,6 +54,15 @@ pub(crate) fn io_ret(call: &str, e: &Error) -> isize {
             -1
         }
         c => -(c as isize),
+    }
+}
+
+/// What `cuFileRead` and its kin return: the bytes moved, or [`io_ret`]'s
+/// code for the error.
+pub(crate) fn io_result(call: &str, r: fgds::Result<usize>) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => io_ret(call, &e),
     }
 }
 

@@ -5,13 +5,49 @@
 use crate::abi::*;
 use crate::config::LogLevel;
 use crate::driver::{driver, log};
-use crate::errors::io_ret;
-use crate::handle::{handle, note_path, unaligned};
+use crate::errors::io_result;
+use crate::handle::{handle, note_path, unaligned, Handle};
 use crate::memory::{held_target, offset, target, Target};
 use crate::stats;
-use fgds::Op;
+use fgds::{Buffer, FileHandle, Op};
 use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// The name of a synchronous call (`names`: the reading one, the writing
+/// one) and the registered file `fh`, once the driver is open; else what
+/// the call returns (`-code`).
+fn begin(
+    fh: *mut c_void,
+    op: Op,
+    names: [&'static str; 2],
+) -> Result<(&'static str, Arc<Handle>), isize> {
+    let call = match op {
+        Op::Read => names[0],
+        Op::Write => names[1],
+    };
+    if let Err(e) = driver() {
+        return Err(-(e.err as isize));
+    }
+    let h = handle(fh).map_err(|c| -(c as isize))?;
+    Ok((call, h))
+}
+
+/// `size` bytes between `file` at `file_off` and `buf` at `off`, the way
+/// `op` says.
+pub(crate) fn plain(
+    file: &FileHandle,
+    op: Op,
+    buf: &Buffer,
+    off: usize,
+    size: usize,
+    file_off: u64,
+) -> fgds::Result<usize> {
+    match op {
+        Op::Read => file.read(buf, off, size, file_off),
+        Op::Write => file.write(buf, off, size, file_off),
+    }
+}
 
 fn sync_io(
     fh: *mut c_void,
@@ -21,17 +57,9 @@ fn sync_io(
     file_offset: libc::off_t,
     buf_off: libc::off_t,
 ) -> isize {
-    let call = if op == Op::Read {
-        "cuFileRead"
-    } else {
-        "cuFileWrite"
-    };
-    if let Err(e) = driver() {
-        return -(e.err as isize);
-    }
-    let h = match handle(fh) {
-        Ok(h) => h,
-        Err(c) => return -(c as isize),
+    let (call, h) = match begin(fh, op, ["cuFileRead", "cuFileWrite"]) {
+        Ok(x) => x,
+        Err(ret) => return ret,
     };
     if size == 0 {
         return 0;
@@ -48,10 +76,7 @@ fn sync_io(
                     let un = unaligned(&h, b.base_addr() + off as u64, size, fo);
                     gpu = Some((g, b.is_p2p(), un));
                 }
-                match op {
-                    Op::Read => h.file.read(b, off, size, fo),
-                    Op::Write => h.file.write(b, off, size, fo),
-                }
+                plain(&h.file, op, b, off, size, fo)
             }
             Target::Gpu { addr, gpu: g, rt } => {
                 let un = unaligned(&h, addr, size, fo);
@@ -81,10 +106,7 @@ fn sync_io(
         let done = r.as_ref().ok().copied();
         stats::io(op == Op::Write, size, done, t0.elapsed(), g);
     }
-    match r {
-        Ok(n) => n as isize,
-        Err(e) => io_ret(call, &e),
-    }
+    io_result(call, r)
 }
 
 /// `cuFileRead`: bytes read (short at the end of the file), `-1` with
@@ -126,17 +148,9 @@ fn vectored_io(
     file_offset: libc::off_t,
     flags: c_uint,
 ) -> isize {
-    let call = if op == Op::Read {
-        "cuFileReadv"
-    } else {
-        "cuFileWritev"
-    };
-    if let Err(e) = driver() {
-        return -(e.err as isize);
-    }
-    let h = match handle(fh) {
-        Ok(h) => h,
-        Err(c) => return -(c as isize),
+    let (call, h) = match begin(fh, op, ["cuFileReadv", "cuFileWritev"]) {
+        Ok(x) => x,
+        Err(ret) => return ret,
     };
     if flags != 0 || (iov.is_null() && iovcnt > 0) {
         log(
@@ -186,10 +200,7 @@ fn vectored_io(
     if stats::level() > 0 {
         stats::vectored(op == Op::Write, r.as_ref().ok().copied(), t0.elapsed());
     }
-    match r {
-        Ok(n) => n as isize,
-        Err(e) => io_ret(call, &e),
-    }
+    io_result(call, r)
 }
 
 /// `cuFileReadv` (cuFile 1.19): reads into the `iovcnt` segments of `iov`,

@@ -4,8 +4,9 @@
 use crate::abi::*;
 use crate::config::LogLevel;
 use crate::driver::{driver, log};
-use crate::errors::{io_ret, status_of};
+use crate::errors::{io_result, status_of};
 use crate::handle::{handle, note_path};
+use crate::io::plain;
 use crate::memory::{held_target, offset};
 use crate::stats;
 use fgds::{BufferKind, Error, Op};
@@ -63,16 +64,10 @@ unsafe fn stream_io(
         let (size, fo, bo) = unsafe { (*size_p, *file_offset_p, *buf_off_p) };
         let r = offset(fo, "file offset").and_then(|fo| {
             let bo = offset(bo, "buffer offset")?;
-            match op {
-                Op::Read => h.file.read(&buffer, base_off + bo, size, fo as u64),
-                Op::Write => h.file.write(&buffer, base_off + bo, size, fo as u64),
-            }
+            plain(&h.file, op, &buffer, base_off + bo, size, fo as u64)
         });
         note_path(&h);
-        let v = match r {
-            Ok(n) => n as isize,
-            Err(e) => io_ret("cuFileReadAsync", &e),
-        };
+        let v = io_result("cuFileReadAsync", r);
         // SAFETY: checked non-NULL.
         unsafe { bytes_p.write(v) };
         return CUfileError_t::OK;
