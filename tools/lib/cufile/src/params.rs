@@ -31,6 +31,17 @@ fn staged() -> std::sync::MutexGuard<'static, (Staged, bool)> {
     STAGED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Stages what `set` writes, unless the driver already took the staged
+/// values (`CU_FILE_DRIVER_ALREADY_OPEN`).
+fn stage(set: impl FnOnce(&mut Staged)) -> Result<(), CUfileOpError> {
+    let mut g = staged();
+    if g.1 {
+        return Err(CU_FILE_DRIVER_ALREADY_OPEN);
+    }
+    set(&mut g.0);
+    Ok(())
+}
+
 /// Called by the driver's start: the staged values, which can no longer change.
 pub fn take() -> Staged {
     let mut g = staged();
@@ -87,12 +98,7 @@ pub fn set_size(p: i32, v: usize) -> Result<(), CUfileOpError> {
     if !(lo..=hi).contains(&v) {
         return Err(CU_FILE_INVALID_VALUE);
     }
-    let mut g = staged();
-    if g.1 {
-        return Err(CU_FILE_DRIVER_ALREADY_OPEN);
-    }
-    g.0.sizes[p as usize] = Some(v);
-    Ok(())
+    stage(|st| st.sizes[p as usize] = Some(v))
 }
 
 /// Stages a boolean parameter.
@@ -103,12 +109,7 @@ pub fn set_bool(p: i32, v: bool) -> Result<(), CUfileOpError> {
     if !v && matches!(p, bp::PROPERTIES_ALLOW_SYSTEM_MEMORY | bp::USE_PCIP2PDMA) {
         return Err(CU_FILE_PLATFORM_NOT_SUPPORTED);
     }
-    let mut g = staged();
-    if g.1 {
-        return Err(CU_FILE_DRIVER_ALREADY_OPEN);
-    }
-    g.0.bools[p as usize] = Some(v);
-    Ok(())
+    stage(|st| st.bools[p as usize] = Some(v))
 }
 
 /// Stages a string parameter (only `CUFILE_PARAM_LOGGING_LEVEL`: fgds logs
@@ -124,12 +125,7 @@ pub fn set_string(p: i32, v: &str) -> Result<(), CUfileOpError> {
     if log_level(v).is_none() {
         return Err(CU_FILE_INVALID_VALUE);
     }
-    let mut g = staged();
-    if g.1 {
-        return Err(CU_FILE_DRIVER_ALREADY_OPEN);
-    }
-    g.0.log = Some(v.to_ascii_uppercase());
-    Ok(())
+    stage(|st| st.log = Some(v.to_ascii_uppercase()))
 }
 
 /// Applies staged values over the settings from `cufile.json` and the

@@ -26,6 +26,38 @@ fn param_view<T>(f: impl FnOnce(&Settings, usize, u32) -> T) -> Result<T, CUfile
     }
 }
 
+/// A `cuFileGetParameter*`: the value `read` finds in the settings
+/// [`param_view`] gives, handed to `put` to write out, or the code of why
+/// there is none.
+fn get<T>(
+    read: impl FnOnce(&Settings, usize, u32) -> Result<T, CUfileOpError>,
+    put: impl FnOnce(T) -> CUfileError_t,
+) -> CUfileError_t {
+    match param_view(read) {
+        Ok(Ok(v)) => put(v),
+        Ok(Err(c)) => CUfileError_t::op(c),
+        Err(e) => e,
+    }
+}
+
+/// [`get`] into the caller's `*value`; `CU_FILE_INVALID_VALUE` for NULL.
+///
+/// # Safety
+/// `value` is NULL or valid for a write.
+unsafe fn get_into<T>(
+    value: *mut T,
+    read: impl FnOnce(&Settings, usize, u32) -> Result<T, CUfileOpError>,
+) -> CUfileError_t {
+    if value.is_null() {
+        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+    }
+    get(read, |v| {
+        // SAFETY: checked non-NULL.
+        unsafe { value.write(v) };
+        CUfileError_t::OK
+    })
+}
+
 fn done<T>(r: Result<T, CUfileOpError>) -> CUfileError_t {
     match r {
         Ok(_) => CUfileError_t::OK,
@@ -43,17 +75,11 @@ fn done<T>(r: Result<T, CUfileOpError>) -> CUfileError_t {
 /// `value` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileGetParameterSizeT(param: c_int, value: *mut usize) -> CUfileError_t {
-    if value.is_null() {
-        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
-    }
-    match param_view(|s, chunk, lvl| params::get_size(param, s, chunk, lvl)) {
-        Ok(Ok(v)) => {
-            // SAFETY: checked non-NULL.
-            unsafe { value.write(v) };
-            CUfileError_t::OK
-        }
-        Ok(Err(c)) => CUfileError_t::op(c),
-        Err(e) => e,
+    // SAFETY: as this function's contract.
+    unsafe {
+        get_into(value, |s, chunk, lvl| {
+            params::get_size(param, s, chunk, lvl)
+        })
     }
 }
 
@@ -66,18 +92,8 @@ pub unsafe extern "C" fn cuFileGetParameterSizeT(param: c_int, value: *mut usize
 /// `value` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileGetParameterBool(param: c_int, value: *mut bool) -> CUfileError_t {
-    if value.is_null() {
-        return CUfileError_t::op(CU_FILE_INVALID_VALUE);
-    }
-    match param_view(|s, _, _| params::get_bool(param, s)) {
-        Ok(Ok(v)) => {
-            // SAFETY: checked non-NULL.
-            unsafe { value.write(v) };
-            CUfileError_t::OK
-        }
-        Ok(Err(c)) => CUfileError_t::op(c),
-        Err(e) => e,
-    }
+    // SAFETY: as this function's contract.
+    unsafe { get_into(value, |s, _, _| params::get_bool(param, s)) }
 }
 
 /// `cuFileGetParameterString`: `LOGGING_LEVEL` (`NONE`, `WARN` or `DEBUG`
@@ -96,19 +112,20 @@ pub unsafe extern "C" fn cuFileGetParameterString(
     if desc_str.is_null() || len <= 0 {
         return CUfileError_t::op(CU_FILE_INVALID_VALUE);
     }
-    match param_view(|s, _, _| params::get_string(param, s)) {
-        Ok(Ok(v)) if v.len() < len as usize => {
+    get(
+        |s, _, _| params::get_string(param, s),
+        |v| {
+            if v.len() >= len as usize {
+                return CUfileError_t::op(CU_FILE_INVALID_VALUE);
+            }
             // SAFETY: len bytes of room, checked above.
             unsafe {
                 std::ptr::copy_nonoverlapping(v.as_ptr(), desc_str as *mut u8, v.len());
                 desc_str.add(v.len()).write(0);
             }
             CUfileError_t::OK
-        }
-        Ok(Ok(_)) => CUfileError_t::op(CU_FILE_INVALID_VALUE),
-        Ok(Err(c)) => CUfileError_t::op(c),
-        Err(e) => e,
-    }
+        },
+    )
 }
 
 /// `cuFileGetParameterMinMaxValue`: the range `cuFileSetParameterSizeT`
