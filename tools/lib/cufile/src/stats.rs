@@ -439,6 +439,63 @@ mod tests {
     }
 
     #[test]
+    fn each_call_counts_in_its_own_counters() {
+        assert!(set_level(3));
+        reset();
+        let g = |path, unaligned| {
+            Some(GpuIo {
+                gpu: "0000:01:00.0",
+                path,
+                unaligned,
+            })
+        };
+        let us = Duration::from_micros;
+        io(false, 4096, Some(4096), us(10), g(Path::P2p, false));
+        io(true, 8192, Some(100), us(20), g(Path::Posix, true));
+        io(true, 1 << 20, None, us(40), g(Path::P2p, false));
+        vectored(false, Some(3), us(5));
+        vectored(true, None, us(7));
+        let s = snapshot();
+        let l1 = &s.detailed.basic;
+        let ops = |c: &CUfileOpCounter_t| (c.ok, c.err);
+        assert_eq!(ops(&l1.read_ops), (1, 0));
+        assert_eq!((l1.read_bytes, l1.read_lat_sum_us), (4096, 10));
+        assert_eq!(ops(&l1.write_ops), (1, 1));
+        assert_eq!((l1.write_bytes, l1.write_lat_sum_us), (100, 60));
+        assert_eq!(ops(&l1.readv_ops), (1, 0));
+        assert_eq!((l1.readv_bytes, l1.readv_lat_sum_us), (3, 5));
+        assert_eq!(ops(&l1.writev_ops), (0, 1));
+        assert_eq!((l1.writev_bytes, l1.writev_lat_sum_us), (0, 7));
+        assert_eq!(s.detailed.read_size_kb_hist[bucket(4096)], 1);
+        assert_eq!(s.detailed.write_size_kb_hist[bucket(8192)], 1);
+        assert_eq!(s.detailed.write_size_kb_hist[bucket(1 << 20)], 1);
+        assert_eq!(s.detailed.write_size_kb_hist.iter().sum::<u64>(), 2);
+        assert_eq!(s.num_gpus, 1);
+        let p = &s.per_gpu_stats[0];
+        let reads = [
+            p.read_bytes,
+            p.read_duration_us,
+            p.n_total_reads,
+            p.n_p2p_reads,
+            p.n_posix_reads,
+            p.n_unaligned_reads,
+            p.n_reads_err,
+        ];
+        assert_eq!(reads, [4096, 10, 1, 1, 0, 0, 0]);
+        let writes = [
+            p.writes_bytes,
+            p.write_duration_us,
+            p.n_total_writes,
+            p.n_p2p_writes,
+            p.n_posix_writes,
+            p.n_unaligned_writes,
+            p.n_writes_err,
+        ];
+        assert_eq!(writes, [100, 60, 2, 1, 1, 1, 1]);
+        reset();
+    }
+
+    #[test]
     fn buckets_are_powers_of_two_kib() {
         assert_eq!(bucket(1), 0);
         assert_eq!(bucket(1024), 0);
