@@ -134,19 +134,14 @@ fn gpu_slot<'a>(i: &'a mut Inner, gpu: &str) -> Option<&'a mut CUfilePerGpuStats
 /// moved `done` bytes (`None`: failed) in `took`.
 pub fn io(write: bool, size: usize, done: Option<usize>, took: Duration, gpu: Option<GpuIo<'_>>) {
     with(|i| {
-        let l1 = &mut i.s.detailed.basic;
         let t = us(took);
-        if write {
-            count(&mut l1.write_ops, done.is_some());
-            l1.write_bytes += done.unwrap_or(0) as u64;
-            l1.write_lat_sum_us += t;
-            i.s.detailed.write_size_kb_hist[bucket(size)] += 1;
+        call(&mut i.s.detailed.basic, false, write, done, t);
+        let hist = if write {
+            &mut i.s.detailed.write_size_kb_hist
         } else {
-            count(&mut l1.read_ops, done.is_some());
-            l1.read_bytes += done.unwrap_or(0) as u64;
-            l1.read_lat_sum_us += t;
-            i.s.detailed.read_size_kb_hist[bucket(size)] += 1;
-        }
+            &mut i.s.detailed.read_size_kb_hist
+        };
+        hist[bucket(size)] += 1;
         if let Some(g) = gpu {
             gpu_io(i, write, done, t, &g);
         }
@@ -157,44 +152,61 @@ pub fn io(write: bool, size: usize, done: Option<usize>, took: Duration, gpu: Op
 /// moved `done` bytes (`None`: failed) in `took` (cuFile 1.19's counters,
 /// apart from `cuFileRead`/`cuFileWrite`'s).
 pub fn vectored(write: bool, done: Option<usize>, took: Duration) {
-    with(|i| {
-        let l1 = &mut i.s.detailed.basic;
-        let t = us(took);
-        if write {
-            count(&mut l1.writev_ops, done.is_some());
-            l1.writev_bytes += done.unwrap_or(0) as u64;
-            l1.writev_lat_sum_us += t;
-        } else {
-            count(&mut l1.readv_ops, done.is_some());
-            l1.readv_bytes += done.unwrap_or(0) as u64;
-            l1.readv_lat_sum_us += t;
-        }
-    });
+    with(|i| call(&mut i.s.detailed.basic, true, write, done, us(took)));
+}
+
+/// Level 1's counters of one kind of call (`cuFileRead`, `cuFileWrite`,
+/// or with `vectored` `cuFileReadv`, `cuFileWritev`): ops, bytes and the
+/// latency sum.
+#[rustfmt::skip] // a table: one row a kind of call
+fn calls(
+    l1: &mut CUfileStatsLevel1_t,
+    vectored: bool,
+    write: bool,
+) -> (&mut CUfileOpCounter_t, &mut u64, &mut u64) {
+    match (vectored, write) {
+        (false, false) => (&mut l1.read_ops, &mut l1.read_bytes, &mut l1.read_lat_sum_us),
+        (false, true) => (&mut l1.write_ops, &mut l1.write_bytes, &mut l1.write_lat_sum_us),
+        (true, false) => (&mut l1.readv_ops, &mut l1.readv_bytes, &mut l1.readv_lat_sum_us),
+        (true, true) => (&mut l1.writev_ops, &mut l1.writev_bytes, &mut l1.writev_lat_sum_us),
+    }
+}
+
+/// One call of a kind (see [`calls`]) that moved `done` bytes (`None`:
+/// failed) in `t` microseconds.
+fn call(l1: &mut CUfileStatsLevel1_t, vectored: bool, write: bool, done: Option<usize>, t: u64) {
+    let (ops, bytes, lat_sum_us) = calls(l1, vectored, write);
+    count(ops, done.is_some());
+    *bytes += done.unwrap_or(0) as u64;
+    *lat_sum_us += t;
+}
+
+/// Level 3's counters of a GPU for reads or for writes: bytes, duration,
+/// requests, P2P, POSIX, unaligned, failed.
+#[rustfmt::skip] // a table: one row a direction
+fn per_gpu(p: &mut CUfilePerGpuStats_t, write: bool) -> [&mut u64; 7] {
+    if write {
+        [&mut p.writes_bytes, &mut p.write_duration_us, &mut p.n_total_writes, &mut p.n_p2p_writes,
+         &mut p.n_posix_writes, &mut p.n_unaligned_writes, &mut p.n_writes_err]
+    } else {
+        [&mut p.read_bytes, &mut p.read_duration_us, &mut p.n_total_reads, &mut p.n_p2p_reads,
+         &mut p.n_posix_reads, &mut p.n_unaligned_reads, &mut p.n_reads_err]
+    }
 }
 
 fn gpu_io(i: &mut Inner, write: bool, done: Option<usize>, t: u64, g: &GpuIo<'_>) {
     let Some(p) = gpu_slot(i, g.gpu) else {
         return;
     };
-    let bytes = done.unwrap_or(0) as u64;
     let p2p = g.path == Path::P2p;
-    if write {
-        p.writes_bytes += bytes;
-        p.write_duration_us += t;
-        p.n_total_writes += 1;
-        p.n_p2p_writes += p2p as u64;
-        p.n_posix_writes += !p2p as u64;
-        p.n_unaligned_writes += g.unaligned as u64;
-        p.n_writes_err += done.is_none() as u64;
-    } else {
-        p.read_bytes += bytes;
-        p.read_duration_us += t;
-        p.n_total_reads += 1;
-        p.n_p2p_reads += p2p as u64;
-        p.n_posix_reads += !p2p as u64;
-        p.n_unaligned_reads += g.unaligned as u64;
-        p.n_reads_err += done.is_none() as u64;
-    }
+    let [bytes, duration_us, total, n_p2p, n_posix, n_unaligned, n_err] = per_gpu(p, write);
+    *bytes += done.unwrap_or(0) as u64;
+    *duration_us += t;
+    *total += 1;
+    *n_p2p += p2p as u64;
+    *n_posix += !p2p as u64;
+    *n_unaligned += g.unaligned as u64;
+    *n_err += done.is_none() as u64;
 }
 
 /// Which registration counter.
