@@ -8,6 +8,18 @@ use crate::driver::{driver, version};
 use crate::stats;
 use std::ffi::c_int;
 
+/// Runs `f` once the driver is open (the level is known then): OK, else
+/// the driver's error.
+fn when_open(f: impl FnOnce()) -> CUfileError_t {
+    match driver() {
+        Ok(_) => {
+            f();
+            CUfileError_t::OK
+        }
+        Err(e) => e,
+    }
+}
+
 /// `cuFileSetStatsLevel`: 0 (off), 1, 2 or 3, else `CU_FILE_INVALID_VALUE`;
 /// overrides `profile.cufile_stats` and takes effect for later calls.
 #[no_mangle]
@@ -56,21 +68,13 @@ pub extern "C" fn cuFileStatsStart() -> CUfileError_t {
 /// `cuFileStatsStop`: counting pauses; what was counted stays readable.
 #[no_mangle]
 pub extern "C" fn cuFileStatsStop() -> CUfileError_t {
-    if let Err(e) = driver() {
-        return e;
-    }
-    stats::set_running(false);
-    CUfileError_t::OK
+    when_open(|| stats::set_running(false))
 }
 
 /// `cuFileStatsReset`: every counter to 0, the span restarts.
 #[no_mangle]
 pub extern "C" fn cuFileStatsReset() -> CUfileError_t {
-    if let Err(e) = driver() {
-        return e;
-    }
-    stats::reset();
-    CUfileError_t::OK
+    when_open(stats::reset)
 }
 
 /// Writes the statistics of `level` in the layout of the version presented
