@@ -2,10 +2,12 @@
 //! `cuFileGetStatsL1/L2/L3`), kept by this library for the calls it serves.
 //!
 //! What is counted: the synchronous `cuFileRead`/`cuFileWrite` calls (ops,
-//! bytes, latency, a size histogram), registrations, and batches (set-up,
+//! bytes, latency, a size histogram), `cuFileReadv`/`cuFileWritev` in their
+//! own counters (cuFile 1.19's), registrations, and batches (set-up,
 //! submit, the requests enqueued, and every completion `GetStatus` hands
-//! out, with its bytes and latency since its submit). Stream-ordered I/O
-//! runs on the stream after the call has returned and is not counted.
+//! out, with its bytes and latency since its submit). Stream-ordered
+//! requests (`cuFileReadAsync`/`WriteAsync`) are counted as
+//! `cuFileRead`/`cuFileWrite` are, when the stream has run them.
 //! Per GPU (level 3, keyed by the GPU's PCI address, which fills `uuid` as
 //! text): reads and writes of GPU memory, split into `n_p2p_*` (the direct
 //! path through an fgds mapping of the BAR) and `n_posix_*` (the bounce
