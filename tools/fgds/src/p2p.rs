@@ -319,6 +319,26 @@ mod tests {
             std::fs::write(p.join("config"), cfg).unwrap();
             p
         }
+
+        /// An NVMe below root port 00:01.0 and a GPU below 00:02.0 (the
+        /// ports themselves are the caller's): (NVMe, GPU).
+        fn own_root_ports(&self) -> (PathBuf, PathBuf) {
+            let nvme = self.dev(
+                "pci0000:00/0000:00:01.0/0000:01:00.0",
+                NVME,
+                0x144d,
+                0xa80a,
+                None,
+            );
+            let gpu = self.dev(
+                "pci0000:00/0000:00:02.0/0000:02:00.0",
+                GPU,
+                0x10de,
+                0x2330,
+                None,
+            );
+            (nvme, gpu)
+        }
     }
 
     const BRIDGE: u32 = 0x060400;
@@ -408,20 +428,7 @@ mod tests {
         t.dev("pci0000:00/0000:00:00.0", 0x060000, INTEL, 0x0d57, None);
         t.dev("pci0000:00/0000:00:01.0", BRIDGE, INTEL, 0x7d40, None);
         t.dev("pci0000:00/0000:00:02.0", BRIDGE, INTEL, 0x7d41, None);
-        let nvme = t.dev(
-            "pci0000:00/0000:00:01.0/0000:01:00.0",
-            NVME,
-            0x144d,
-            0xa80a,
-            None,
-        );
-        let gpu = t.dev(
-            "pci0000:00/0000:00:02.0/0000:02:00.0",
-            GPU,
-            0x10de,
-            0x2330,
-            None,
-        );
+        let (nvme, gpu) = t.own_root_ports();
         match decide(&gpu, &nvme, &intel()) {
             Verdict::NotSupported { why, next } => {
                 assert!(why.contains("8086:0d57 is not on"), "{why}");
@@ -440,20 +447,7 @@ mod tests {
         // a Skylake-SP host bridge is on the allow list
         let t = Tree::new();
         t.dev("pci0000:00/0000:00:00.0", 0x060000, INTEL, 0x2020, None);
-        let nvme = t.dev(
-            "pci0000:00/0000:00:01.0/0000:01:00.0",
-            NVME,
-            0x144d,
-            0xa80a,
-            None,
-        );
-        let gpu = t.dev(
-            "pci0000:00/0000:00:02.0/0000:02:00.0",
-            GPU,
-            0x10de,
-            0x2330,
-            None,
-        );
+        let (nvme, gpu) = t.own_root_ports();
         t.dev("pci0000:00/0000:00:01.0", BRIDGE, INTEL, 0x2030, None);
         t.dev("pci0000:00/0000:00:02.0", BRIDGE, INTEL, 0x2031, None);
         match decide(&gpu, &nvme, &intel()) {
