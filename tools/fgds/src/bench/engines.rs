@@ -71,8 +71,7 @@ pub(super) fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let pb = progress(a, "fgds");
     let lat_ns = AtomicU64::new(0);
     let ops = AtomicU64::new(0);
-    let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
-    let t0 = Instant::now();
+    let clock = Clock::start()?;
     let r: Result<u64, fgds::Error> = std::thread::scope(|s| {
         let hs: Vec<_> = bufs
             .iter()
@@ -100,19 +99,16 @@ pub(super) fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         join_all(hs)
     });
     let bytes = r?;
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
-    pb.finish_and_clear();
-    let m = Measured {
-        bytes,
-        secs,
-        lat_ns: lat_ns.load(Ordering::Relaxed),
-        lat_count: ops.load(Ordering::Relaxed),
-        cpu,
-        stats: Some(f.stats()),
-        cpu_process: None,
-    };
-    Ok(m)
+    clock.stop(
+        &pb,
+        Measured {
+            bytes,
+            lat_ns: lat_ns.load(Ordering::Relaxed),
+            lat_count: ops.load(Ordering::Relaxed),
+            stats: Some(f.stats()),
+            ..Measured::default()
+        },
+    )
 }
 
 /// The requests one thread keeps in flight (fgds-batch, io_uring-loop):
@@ -195,8 +191,7 @@ pub(super) fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
     let mut batch = Batch::new(q)?;
     let pb = progress(a, "fgds-batch");
-    let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
-    let t0 = Instant::now();
+    let clock = Clock::start()?;
     let mut fl = InFlight::new(q, a.size / g.req);
     let mut params = Vec::with_capacity(q);
     while !fl.all_done() {
@@ -232,19 +227,16 @@ pub(super) fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
             pb.inc(ev.result as u64);
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
-    pb.finish_and_clear();
-    let m = Measured {
-        bytes: fl.bytes,
-        secs,
-        lat_ns: fl.lat_ns,
-        lat_count: fl.done,
-        cpu,
-        stats: Some(f.stats()),
-        cpu_process: None,
-    };
-    Ok(m)
+    clock.stop(
+        &pb,
+        Measured {
+            bytes: fl.bytes,
+            lat_ns: fl.lat_ns,
+            lat_count: fl.done,
+            stats: Some(f.stats()),
+            ..Measured::default()
+        },
+    )
 }
 
 /// The file with O_DIRECT, for the engines that bypass the library.
@@ -272,8 +264,7 @@ pub(super) fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     let bufs = (0..g.inflight)
         .map(|_| make_buffer(Mem::Host, g.req))
         .collect::<Result<Vec<_>, _>>()?;
-    let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
-    let t0 = Instant::now();
+    let clock = Clock::start()?;
     let r: Result<u64, fgds::Error> = std::thread::scope(|s| {
         let hs: Vec<_> = bufs
             .iter()
@@ -314,19 +305,16 @@ pub(super) fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         join_all(hs)
     });
     let bytes = r?;
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
-    pb.finish_and_clear();
-    let m = Measured {
-        bytes,
-        secs,
-        lat_ns: lat_ns.load(Ordering::Relaxed),
-        lat_count: total_ops,
-        cpu,
-        stats: None,
-        cpu_process: None,
-    };
-    Ok(m)
+    clock.stop(
+        &pb,
+        Measured {
+            bytes,
+            lat_ns: lat_ns.load(Ordering::Relaxed),
+            lat_count: total_ops,
+            stats: None,
+            ..Measured::default()
+        },
+    )
 }
 
 /// The error of a failed io_uring call of the bare loop.
@@ -365,8 +353,7 @@ pub(super) fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         .map_err(|e| uring_err("io_uring_setup", e))?;
     let mut gen = Offsets::new(a.pattern, g.span, g.req, run_seed());
     let pb = progress(a, "io_uring-loop");
-    let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
-    let t0 = Instant::now();
+    let clock = Clock::start()?;
     let mut fl = InFlight::new(q, a.size / g.req);
     let mut err: Option<fgds::Error> = None;
     // Requests the kernel may still be transferring into buf.
@@ -431,18 +418,41 @@ pub(super) fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     if let Some(e) = err {
         return Err(e);
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(cpu0);
-    pb.finish_and_clear();
-    Ok(Measured {
-        bytes: fl.bytes,
-        secs,
-        lat_ns: fl.lat_ns,
-        lat_count: fl.done,
-        cpu,
-        stats: None,
-        cpu_process: None,
-    })
+    clock.stop(
+        &pb,
+        Measured {
+            bytes: fl.bytes,
+            lat_ns: fl.lat_ns,
+            lat_count: fl.done,
+            stats: None,
+            ..Measured::default()
+        },
+    )
+}
+
+/// The wall clock and CPU time of one engine run, from its start.
+struct Clock {
+    cpu0: Cpu,
+    t0: Instant,
+}
+
+impl Clock {
+    fn start() -> Result<Clock, fgds::Error> {
+        let cpu0 = Cpu::now(libc::RUSAGE_SELF)?;
+        Ok(Clock {
+            cpu0,
+            t0: Instant::now(),
+        })
+    }
+
+    /// Stops the clock and clears `pb`: `m` (bytes, latency, counters)
+    /// with the run's seconds and CPU time.
+    fn stop(self, pb: &indicatif::ProgressBar, m: Measured) -> Result<Measured, fgds::Error> {
+        let secs = self.t0.elapsed().as_secs_f64();
+        let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(self.cpu0);
+        pb.finish_and_clear();
+        Ok(Measured { secs, cpu, ..m })
+    }
 }
 
 /// Joins the benchmark threads and adds up the bytes they moved.
