@@ -31,12 +31,11 @@ use clap::Args;
 use data::TempFile;
 use fgds::{Buffer, Config, FileHandle};
 use machine::{fs_type, kernel, machine, read_trim};
-use paths::{run_path, Path4, PROBE_SPAN, SPAN};
+use paths::{throughput, Path4, PROBE_SPAN, SPAN};
 use report::{markdown, Blocker, Ctx, Report, Step, Storage};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// Format name and version in every report.
 pub const FORMAT: &str = "fgds-validate/1";
@@ -93,41 +92,11 @@ fn host_rows(cx: &mut Ctx, bench: &TempFile, t_len: u64) {
     };
     let _ = hb.write_bytes(0, &vec![0u8; t_len as usize]);
     let h = FileHandle::from_fd(bench.fd(), Config::default());
+    let file = (bench.fd(), h.as_ref().ok());
     for p in Path4::ALL {
-        let t = Instant::now();
-        let r = run_path(p, (bench.fd(), h.as_ref().ok()), &hb, 0, t_len, 0, false);
-        let secs = t.elapsed().as_secs_f64();
-        match r {
-            Ok(()) => cx.row(None, p.name(), "read", p.geometry(), t_len, secs),
-            Err(e) => {
-                cx.step(None, format!("host {}", p.name()), Err(e));
-            }
-        }
+        throughput(cx, None, p, false, file, &hb, t_len);
     }
-    let t = Instant::now();
-    let r = run_path(
-        Path4::Engine,
-        (bench.fd(), h.as_ref().ok()),
-        &hb,
-        0,
-        t_len,
-        0,
-        true,
-    );
-    let secs = t.elapsed().as_secs_f64();
-    match r {
-        Ok(()) => cx.row(
-            None,
-            "engine-write",
-            "write",
-            Path4::Engine.geometry(),
-            t_len,
-            secs,
-        ),
-        Err(e) => {
-            cx.step(None, "host engine-write", Err(e));
-        }
-    }
+    throughput(cx, None, Path4::Engine, true, file, &hb, t_len);
 }
 
 fn finish(rep: &mut Report) {

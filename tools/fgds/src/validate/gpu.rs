@@ -5,8 +5,8 @@
 use super::data::{first_mismatch, TempFile};
 use super::machine::gpu_info;
 use super::memory::{gpu_fill, register, teardown, verify};
-use super::paths::{run_path, sync_loop, Path4, PROBE_SPAN, REQ};
-use super::report::{Ctx, HostCheck, Step};
+use super::paths::{run_path, sync_loop, throughput, Path4, PROBE_SPAN, REQ};
+use super::report::{Ctx, HostCheck, Problem2, Step};
 use crate::check::{self, ProbeMem};
 use crate::gpumem::GpuMem;
 use fgds::{Buffer, Config, FileHandle};
@@ -125,19 +125,9 @@ pub(super) fn run_gpu(
         }
     } else {
         // The kernel's verdict stands: the P2P steps are not tried.
-        let g = &cx.rep.gpus[gi];
-        let why = g
-            .problems
-            .iter()
-            .map(|p| p.what.clone())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let next = g
-            .problems
-            .iter()
-            .map(|p| p.next.clone())
-            .collect::<Vec<_>>()
-            .join("; ");
+        let ps = &cx.rep.gpus[gi].problems;
+        let joined = |f: fn(&Problem2) -> &str| ps.iter().map(f).collect::<Vec<_>>().join("; ");
+        let (why, next) = (joined(|p| &p.what), joined(|p| &p.next));
         let detail = format!(
             "fgds check: {} (exit {}); probe {probe}",
             crep.verdict, crep.exit_code
@@ -157,6 +147,18 @@ pub(super) fn run_gpu(
         None
     };
     let independent = mem.independent_readback;
+    // GPU memory left holding `s` bytes of stream `seed` at `off`, for
+    // the host's own check.
+    let known = |what: String, off: u64, seed: u64| HostCheck {
+        gpu: gi,
+        what,
+        gpu_offset: off,
+        bar: mem.bar,
+        bar_offset: mem.bar_offset.map(|b| b + off),
+        len: s,
+        seed,
+        pos: 0,
+    };
     let via = vbuf.as_ref().map(|b| (b, 0u64));
     let h_data = FileHandle::from_fd(data.fd(), Config::default());
     let h_bench = FileHandle::from_fd(bench.fd(), Config::default());
@@ -185,16 +187,9 @@ pub(super) fn run_gpu(
                 ))
             })();
             if cx.step(Some(gi), format!("p2p read {}", p.name()), r) && independent {
-                cx.rep.host_check.push(HostCheck {
-                    gpu: gi,
-                    what: format!("p2p read {}", p.name()),
-                    gpu_offset: off,
-                    bar: mem.bar,
-                    bar_offset: mem.bar_offset.map(|b| b + off),
-                    len: s,
-                    seed: s1,
-                    pos: 0,
-                });
+                cx.rep
+                    .host_check
+                    .push(known(format!("p2p read {}", p.name()), off, s1));
             }
         }
         // The reverse direction: GPU memory -> a new file, checked by a host read.
@@ -220,38 +215,21 @@ pub(super) fn run_gpu(
             Ok(format!("{} written peer to peer from GPU memory by each of {}; every byte equal in an O_DIRECT read into host memory", crate::human(s), done.join(", ")))
         })();
         if cx.step(Some(gi), "p2p write (pwrite, pwritev, io_uring, engine)", r) && independent {
-            cx.rep.host_check.push(HostCheck {
-                gpu: gi,
-                what: "p2p write source".into(),
-                gpu_offset: 4 * s,
-                bar: mem.bar,
-                bar_offset: mem.bar_offset.map(|b| b + 4 * s),
-                len: s,
-                seed: s2,
-                pos: 0,
-            });
+            cx.rep
+                .host_check
+                .push(known("p2p write source".into(), 4 * s, s2));
         }
         if independent {
             let r = teardown(mem, 5 * s, s, data, s3);
             if cx.step(Some(gi), "teardown with reads in flight", r) {
-                cx.rep.host_check.push(HostCheck {
-                    gpu: gi,
-                    what: "refilled after UNREG with reads in flight".into(),
-                    gpu_offset: 5 * s,
-                    bar: mem.bar,
-                    bar_offset: mem.bar_offset.map(|b| b + 5 * s),
-                    len: s,
-                    seed: s3,
-                    pos: 0,
-                });
+                cx.rep.host_check.push(known(
+                    "refilled after UNREG with reads in flight".into(),
+                    5 * s,
+                    s3,
+                ));
             }
         } else {
-            cx.rep.steps.push(Step {
-                gpu: Some(gi),
-                name: "teardown with reads in flight".into(),
-                status: "skipped".into(),
-                detail: "needs a CPU path to the memory independent of fgds (vendor runtime or vfio) to see that nothing lands after UNREG".into(),
-            });
+            cx.skipped(Some(gi), "teardown with reads in flight", "needs a CPU path to the memory independent of fgds (vendor runtime or vfio) to see that nothing lands after UNREG");
         }
     } else if let Some((rt, dptr)) = mem.runtime() {
         // Without P2P: the bounce path, verified the same way.
@@ -295,25 +273,10 @@ pub(super) fn run_gpu(
     } else {
         None
     };
+    let bench_file = (bench.fd(), h_bench.as_ref().ok());
     if let Some(bb) = &bbuf {
         for p in Path4::ALL {
-            let t = Instant::now();
-            let r = run_path(
-                p,
-                (bench.fd(), h_bench.as_ref().ok()),
-                bb,
-                0,
-                t_len,
-                0,
-                false,
-            );
-            let secs = t.elapsed().as_secs_f64();
-            match r {
-                Ok(()) => cx.row(Some(gi), p.name(), "read", p.geometry(), t_len, secs),
-                Err(e) => {
-                    cx.step(Some(gi), format!("throughput {}", p.name()), Err(e));
-                }
-            }
+            throughput(cx, Some(gi), p, false, bench_file, bb, t_len);
         }
     }
     // The bounce path: what a program gets without fgds. A dma-buf passed
@@ -363,43 +326,18 @@ pub(super) fn run_gpu(
     };
     let secs = t.elapsed().as_secs_f64();
     match r {
-        Err(_) if !bounce_possible => cx.rep.steps.push(Step {
-            gpu: Some(gi),
-            name: "throughput bounce".into(),
-            status: "skipped".into(),
-            detail: "a dma-buf passed by descriptor has no CPU path without an fgds registration"
-                .into(),
-        }),
+        Err(_) if !bounce_possible => cx.skipped(
+            Some(gi),
+            "throughput bounce",
+            "a dma-buf passed by descriptor has no CPU path without an fgds registration",
+        ),
         Ok(()) => cx.row(Some(gi), "bounce", "read", (REQ as u64, 1), t_len, secs),
         Err(e) => {
             cx.step(Some(gi), "throughput bounce", Err(e));
         }
     }
     if let Some(bb) = &bbuf {
-        let t = Instant::now();
-        let r = run_path(
-            Path4::Engine,
-            (bench.fd(), h_bench.as_ref().ok()),
-            bb,
-            0,
-            t_len,
-            0,
-            true,
-        );
-        let secs = t.elapsed().as_secs_f64();
-        match r {
-            Ok(()) => cx.row(
-                Some(gi),
-                "engine-write",
-                "write",
-                Path4::Engine.geometry(),
-                t_len,
-                secs,
-            ),
-            Err(e) => {
-                cx.step(Some(gi), "throughput engine-write", Err(e));
-            }
-        }
+        throughput(cx, Some(gi), Path4::Engine, true, bench_file, bb, t_len);
     }
     // KvikIO and cuFile (gdsio), when installed, on CUDA memory.
     if mem.source == "cuda" {
@@ -410,20 +348,14 @@ pub(super) fn run_gpu(
                     r.note = Some(note);
                 }
             }
-            Err(e) => cx.rep.steps.push(Step {
-                gpu: Some(gi),
-                name: "kvikio".into(),
-                status: "skipped".into(),
-                detail: format!("KvikIO not usable: {e}"),
-            }),
+            Err(e) => cx.skipped(Some(gi), "kvikio", format!("KvikIO not usable: {e}")),
         }
         match gdsio() {
-            None => cx.rep.steps.push(Step {
-                gpu: Some(gi),
-                name: "cufile-gdsio".into(),
-                status: "skipped".into(),
-                detail: "gdsio (cuFile's benchmark) not installed".into(),
-            }),
+            None => cx.skipped(
+                Some(gi),
+                "cufile-gdsio",
+                "gdsio (cuFile's benchmark) not installed",
+            ),
             Some(g) => {
                 let out = std::process::Command::new(&g)
                     .arg("-f")
@@ -456,12 +388,11 @@ pub(super) fn run_gpu(
                         t_len,
                         t_len as f64 / (1 << 20) as f64 / mib,
                     ),
-                    None => cx.rep.steps.push(Step {
-                        gpu: Some(gi),
-                        name: "cufile-gdsio".into(),
-                        status: "skipped".into(),
-                        detail: format!("{} gave no throughput line", g.display()),
-                    }),
+                    None => cx.skipped(
+                        Some(gi),
+                        "cufile-gdsio",
+                        format!("{} gave no throughput line", g.display()),
+                    ),
                 }
             }
         }

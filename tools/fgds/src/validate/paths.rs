@@ -1,8 +1,11 @@
 //! The four I/O paths a transfer can take (pread, preadv, io_uring, the
-//! library's engine), each in either direction, and the sizes they use.
+//! library's engine), each in either direction, the sizes they use, and
+//! the timing of one into a throughput row.
 
+use super::report::Ctx;
 use fgds::{Buffer, Config, FileHandle};
 use std::os::fd::RawFd;
+use std::time::Instant;
 
 pub(super) const REQ: usize = 1 << 20;
 /// Registrations are 2 MiB aligned: fgds makes struct pages per 2 MiB.
@@ -204,6 +207,35 @@ pub(super) fn run_path(
                 ));
             }
             Ok(())
+        }
+    }
+}
+
+/// Times `path` moving `len` bytes of the file through `buf` (a write
+/// where `write`) and adds its throughput row, named `pread`...`engine` or
+/// `engine-write`; a failure is a step (`host ...` or `throughput ...`).
+pub(super) fn throughput(
+    cx: &mut Ctx,
+    gpu: Option<usize>,
+    path: Path4,
+    write: bool,
+    file: (RawFd, Option<&FileHandle>),
+    buf: &Buffer,
+    len: u64,
+) {
+    let t = Instant::now();
+    let r = run_path(path, file, buf, 0, len, 0, write);
+    let secs = t.elapsed().as_secs_f64();
+    let (name, op) = if write {
+        (format!("{}-write", path.name()), "write")
+    } else {
+        (path.name().to_string(), "read")
+    };
+    match r {
+        Ok(()) => cx.row(gpu, &name, op, path.geometry(), len, secs),
+        Err(e) => {
+            let prefix = if gpu.is_some() { "throughput" } else { "host" };
+            cx.step(gpu, format!("{prefix} {name}"), Err(e));
         }
     }
 }

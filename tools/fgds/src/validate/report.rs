@@ -171,6 +171,16 @@ impl Ctx {
         ok
     }
 
+    /// A step that did not run here, and why.
+    pub(super) fn skipped(&mut self, gpu: Option<usize>, name: &str, detail: impl Into<String>) {
+        self.rep.steps.push(Step {
+            gpu,
+            name: name.into(),
+            status: "skipped".into(),
+            detail: detail.into(),
+        });
+    }
+
     pub(super) fn blocked(
         &mut self,
         gpu: Option<usize>,
