@@ -132,27 +132,26 @@ fn current_exe() -> Result<PathBuf, fgds::Error> {
     })
 }
 
+/// `p` where it is a file; else an error naming it as given (`what`:
+/// `--lib `, `FGDS_CUFILE_LIB=`, `--audit `).
+fn named_file(what: &str, p: &Path) -> Result<PathBuf, fgds::Error> {
+    if p.is_file() {
+        Ok(p.to_path_buf())
+    } else {
+        Err(fgds::Error::InvalidArgument(format!(
+            "{what}{}: no such file",
+            p.display()
+        )))
+    }
+}
+
 fn find_lib(arg: Option<&Path>) -> Result<PathBuf, fgds::Error> {
     if let Some(p) = arg {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(fgds::Error::InvalidArgument(format!(
-                "--lib {}: no such file",
-                p.display()
-            )))
-        };
+        return named_file("--lib ", p);
     }
     if let Some(p) = std::env::var_os("FGDS_CUFILE_LIB") {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(fgds::Error::InvalidArgument(format!(
-                "FGDS_CUFILE_LIB={}: no such file",
-                p.display()
-            )))
-        };
+        return named_file("FGDS_CUFILE_LIB=", &p);
     }
     let exe = current_exe()?;
     search_dirs(&exe)
@@ -177,14 +176,7 @@ const AUDIT: &str = "libfgds_audit.so";
 /// ([`search_dirs`]).
 fn find_audit(arg: Option<&Path>, lib: &Path, canon: &Path) -> Result<PathBuf, fgds::Error> {
     if let Some(p) = arg {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(fgds::Error::InvalidArgument(format!(
-                "--audit {}: no such file",
-                p.display()
-            )))
-        };
+        return named_file("--audit ", p);
     }
     let exe = current_exe()?;
     let mut dirs: Vec<PathBuf> = [lib, canon]
