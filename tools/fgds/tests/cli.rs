@@ -58,6 +58,17 @@ fn check_temp_file() {
     assert!(s.contains("not on a block device"), "{s}");
 }
 
+/// The JSON a run printed; it must have succeeded (else its stderr, after
+/// `what`, is the failure).
+fn json_of(out: &std::process::Output, what: &str) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The bare io_uring loop (`--uring`) runs next to the Batch API, reading
 /// and writing, and each moves the bytes asked for.
 #[test]
@@ -94,12 +105,7 @@ fn bench_uring_loop_next_to_batch() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{rw}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json_of(&out, rw);
         assert_eq!(v["in_flight"], 4, "{rw}");
         let r = v["results"].as_array().unwrap();
         let names: Vec<_> = r.iter().map(|x| x["engine"].as_str().unwrap()).collect();
@@ -136,12 +142,7 @@ fn bench_small_with_baseline_json() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&out, "bench --baseline");
     let r = v["results"].as_array().unwrap();
     assert_eq!(r.len(), 2);
     assert_eq!(r[0]["engine"], "fgds");

@@ -87,26 +87,26 @@ fn run_errors_are_clear() {
     let lone = d.path().join("bin");
     std::fs::create_dir(&lone).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_fgds"), lone.join("fgds")).unwrap();
-    let out = Command::new(lone.join("fgds"))
-        .args(["run", "--lib"])
-        .arg(&lib)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let e = String::from_utf8_lossy(&out.stderr);
+    // `fgds run FLAGS --lib LIB -- true` with `cmd`: exit status 2, and
+    // what it says on stderr.
+    let refused = |mut cmd: Command, flags: &[&str]| {
+        let out = cmd
+            .arg("run")
+            .args(flags)
+            .arg("--lib")
+            .arg(&lib)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = refused(Command::new(lone.join("fgds")), &[]);
     assert!(
         e.contains("libfgds_audit.so (fgds's LD_AUDIT module") && e.contains("--no-audit"),
         "{e}"
     );
-    let out = fgds()
-        .args(["run", "--audit", "/nonexistent/a.so", "--lib"])
-        .arg(&lib)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = refused(fgds(), &["--audit", "/nonexistent/a.so"]);
     assert!(e.contains("--audit /nonexistent/a.so: no such file"), "{e}");
 }
 
@@ -278,11 +278,12 @@ fn every_way_of_loading_libcufile_gets_fgds() {
         assert!(out.status.success(), "{out:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    for extra in [&[][..], &["--no-preload"][..]] {
-        let got = lines(
+    // `fgds run FLAGS --lib LIB -- PROG WAYS...`: what PROG prints.
+    let run_prog = |flags: &[&str]| {
+        lines(
             fgds()
                 .arg("run")
-                .args(extra)
+                .args(flags)
                 .arg("--lib")
                 .arg(&lib)
                 .arg("--")
@@ -292,7 +293,10 @@ fn every_way_of_loading_libcufile_gets_fgds() {
                 .env_remove("LD_AUDIT")
                 .output()
                 .unwrap(),
-        );
+        )
+    };
+    for extra in [&[][..], &["--no-preload"][..]] {
+        let got = run_prog(extra);
         assert_eq!(
             got,
             ["linked", ways[0], ways[1], ways[2]].map(|w| format!("{w} fgds {fgds_version}")),
@@ -301,18 +305,7 @@ fn every_way_of_loading_libcufile_gets_fgds() {
     }
     // Without the audit module, the RPATH and the absolute path reach the
     // stand-in: what the module is for.
-    let got = lines(
-        fgds()
-            .args(["run", "--no-audit", "--lib"])
-            .arg(&lib)
-            .arg("--")
-            .arg(&prog)
-            .args(ways)
-            .env_remove("LD_PRELOAD")
-            .env_remove("LD_AUDIT")
-            .output()
-            .unwrap(),
-    );
+    let got = run_prog(&["--no-audit"]);
     assert_eq!(
         got[..2],
         [

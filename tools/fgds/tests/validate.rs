@@ -290,7 +290,6 @@ fn committed_gpu_machine_report_parses() {
 #[test]
 fn dmabuf_by_descriptor_is_blocked_not_failed() {
     use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let mfd = std::fs::File::from(memfd());
     mfd.set_len(32 << 20).unwrap();
@@ -308,15 +307,7 @@ fn dmabuf_by_descriptor_is_blocked_not_failed() {
     .args(["--dmabuf", "fd:3,size=16M"])
     .arg("--dir")
     .arg(d.path());
-    // SAFETY: dup2 in the child before exec; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(raw, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    pass_as_fd3(&mut cmd, raw);
     let out = cmd.output().unwrap();
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{r:#}");
@@ -347,21 +338,27 @@ fn dmabuf_by_descriptor_is_blocked_not_failed() {
     std::fs::write(&f, vec![7u8; 8192]).unwrap();
     cmd.args(["check", "--json", "--dmabuf", "fd:3,size=1M"])
         .arg(&f);
-    // SAFETY: as above.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(raw, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    pass_as_fd3(&mut cmd, raw);
     let out = cmd.output().unwrap();
     let c: Value = serde_json::from_slice(&out.stdout).unwrap();
     let p = &c["probes"][0];
     assert_eq!(p["ran"], false, "{p}");
     assert!(p["not_run"].as_str().unwrap().contains("register"), "{p}");
     assert_ne!(out.status.code(), Some(0));
+}
+
+/// Gives the child `fd` as its descriptor 3 (for `--dmabuf fd:3,...`).
+fn pass_as_fd3(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: dup2 in the child before exec; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 fn memfd() -> std::os::fd::OwnedFd {
