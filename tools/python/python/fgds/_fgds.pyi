@@ -1,4 +1,4 @@
-# Type stubs of the Rust extension fgds._fgds (src/lib.rs). Keep them in
+# Type stubs of the Rust extension fgds._fgds (src/*.rs). Keep them in
 # step with the #[pyo3(signature = ...)] attributes there; the test
 # tests/test_stubs.py checks that every name and parameter matches.
 
