@@ -222,36 +222,7 @@ impl File {
         file_offset: u64,
         buf_offset: usize,
     ) -> PyResult<usize> {
-        let f = self.get()?;
-        if let Some(GpuRange {
-            ptr,
-            len,
-            readonly: ro,
-            hip,
-            ..
-        }) = unregistered_gpu(buf)?
-        {
-            if ro {
-                return Err(PyValueError::new_err(
-                    "cannot read into a read-only device array",
-                ));
-            }
-            let size = check_range(len, buf_offset, size)?;
-            return gpu_io(
-                py,
-                &f,
-                false,
-                hip,
-                ptr + buf_offset as u64,
-                size,
-                file_offset,
-            );
-        }
-        let h = hold(buf, true)?;
-        let size = check_range(h.len, buf_offset, size)?;
-        let (b, off) = (h.buf.clone(), h.base + buf_offset);
-        py.allow_threads(|| f.read(&b, off, size, file_offset))
-            .map_err(to_py)
+        self.plain(py, buf, size, file_offset, buf_offset, true)
     }
 
     /// `pwrite(buf, size=None, file_offset=0, buf_offset=0) -> int`.
@@ -264,24 +235,7 @@ impl File {
         file_offset: u64,
         buf_offset: usize,
     ) -> PyResult<usize> {
-        let f = self.get()?;
-        if let Some(GpuRange { ptr, len, hip, .. }) = unregistered_gpu(buf)? {
-            let size = check_range(len, buf_offset, size)?;
-            return gpu_io(
-                py,
-                &f,
-                true,
-                hip,
-                ptr + buf_offset as u64,
-                size,
-                file_offset,
-            );
-        }
-        let h = hold(buf, false)?;
-        let size = check_range(h.len, buf_offset, size)?;
-        let (b, off) = (h.buf.clone(), h.base + buf_offset);
-        py.allow_threads(|| f.write(&b, off, size, file_offset))
-            .map_err(to_py)
+        self.plain(py, buf, size, file_offset, buf_offset, false)
     }
 
     /// `pread_device(ptr, size, file_offset=0, hip=False) -> int`: reads
@@ -475,6 +429,55 @@ impl File {
 }
 
 impl File {
+    /// `pread` (`read`) or `pwrite`: GPU memory the caller never registered
+    /// through `fgds::gpucache`, else the buffer held for the call.
+    fn plain(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+        read: bool,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        if let Some(GpuRange {
+            ptr,
+            len,
+            readonly: ro,
+            hip,
+            ..
+        }) = unregistered_gpu(buf)?
+        {
+            if read && ro {
+                return Err(PyValueError::new_err(
+                    "cannot read into a read-only device array",
+                ));
+            }
+            let size = check_range(len, buf_offset, size)?;
+            return gpu_io(
+                py,
+                &f,
+                !read,
+                hip,
+                ptr + buf_offset as u64,
+                size,
+                file_offset,
+            );
+        }
+        let h = hold(buf, read)?;
+        let size = check_range(h.len, buf_offset, size)?;
+        let (b, off) = (h.buf.clone(), h.base + buf_offset);
+        py.allow_threads(|| {
+            if read {
+                f.read(&b, off, size, file_offset)
+            } else {
+                f.write(&b, off, size, file_offset)
+            }
+        })
+        .map_err(to_py)
+    }
+
     fn vectored(
         &self,
         py: Python<'_>,
