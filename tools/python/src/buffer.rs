@@ -81,34 +81,40 @@ impl Buffer {
 
     fn from_cai(obj: &Bound<'_, PyAny>, cai: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let (ptr, size, ro) = cai_range(cai)?;
-        // Registration (export, REG_BUFFER, mmap) without the GIL.
-        let b = obj
-            .py()
-            .allow_threads(|| RBuffer::from_cuda(ptr, size as u64))
-            .map_err(to_py)?;
+        let b = register_gpu(obj.py(), false, ptr, size as u64)?;
         Ok(Buffer::new(b, ro, None, Some(obj.clone().unbind())))
     }
 
     fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let (ptr, size, device_type, owner) = dlpack_range(obj)?;
-        // GPU memory is registered (export, REG_BUFFER, mmap) without the GIL.
         let py = obj.py();
         let b = match device_type {
-            DL_CUDA => py.allow_threads(|| RBuffer::from_cuda(ptr, size as u64)),
-            DL_ROCM => py.allow_threads(|| RBuffer::from_hip(ptr, size as u64)),
+            DL_CUDA | DL_ROCM => register_gpu(py, device_type == DL_ROCM, ptr, size as u64)?,
             DL_CPU | DL_CUDA_HOST | DL_ROCM_HOST => {
                 // SAFETY: the capsule (owner) keeps the tensor alive.
-                unsafe { RBuffer::from_host_ptr(ptr as *mut u8, size) }
+                unsafe { RBuffer::from_host_ptr(ptr as *mut u8, size) }.map_err(to_py)?
             }
             d => {
                 return Err(PyValueError::new_err(format!(
                     "unsupported DLPack device type {d}"
                 )))
             }
-        }
-        .map_err(to_py)?;
+        };
         Ok(Buffer::new(b, false, None, Some(owner)))
     }
+}
+
+/// Registers `size` bytes of GPU memory at `ptr` (export, REG_BUFFER,
+/// mmap) without the GIL: HIP (AMD) memory where `hip`, else CUDA memory.
+fn register_gpu(py: Python<'_>, hip: bool, ptr: u64, size: u64) -> PyResult<RBuffer> {
+    py.allow_threads(|| {
+        if hip {
+            RBuffer::from_hip(ptr, size)
+        } else {
+            RBuffer::from_cuda(ptr, size)
+        }
+    })
+    .map_err(to_py)
 }
 
 /// Lets go of a reference to a library buffer; when it holds a registration
@@ -159,9 +165,7 @@ impl Buffer {
     #[staticmethod]
     #[pyo3(signature = (ptr, size, owner=None))]
     fn from_cuda(py: Python<'_>, ptr: u64, size: u64, owner: Option<PyObject>) -> PyResult<Buffer> {
-        let b = py
-            .allow_threads(|| RBuffer::from_cuda(ptr, size))
-            .map_err(to_py)?;
+        let b = register_gpu(py, false, ptr, size)?;
         Ok(Buffer::new(b, false, None, owner))
     }
 
@@ -194,9 +198,7 @@ impl Buffer {
     #[staticmethod]
     #[pyo3(signature = (ptr, size, owner=None))]
     fn from_hip(py: Python<'_>, ptr: u64, size: u64, owner: Option<PyObject>) -> PyResult<Buffer> {
-        let b = py
-            .allow_threads(|| RBuffer::from_hip(ptr, size))
-            .map_err(to_py)?;
+        let b = register_gpu(py, true, ptr, size)?;
         Ok(Buffer::new(b, false, None, owner))
     }
 
