@@ -168,10 +168,7 @@ impl Batch {
             Some(t) if t >= 0.0 && t.is_finite() => Some(Duration::from_secs_f64(t)),
             Some(_) => return Err(PyValueError::new_err("timeout must be >= 0 seconds")),
         };
-        let b = self
-            .inner
-            .as_mut()
-            .ok_or_else(|| os_err(libc::EBADF, "batch is closed"))?;
+        let b = self.get_mut()?;
         let ev = py.allow_threads(|| b.wait(min_nr, to));
         Ok(self.events(py, ev))
     }
