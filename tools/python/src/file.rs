@@ -253,7 +253,7 @@ impl File {
         hip: bool,
     ) -> PyResult<usize> {
         let f = self.get()?;
-        gpu_io(py, &f, false, hip, ptr, size, file_offset)
+        gpu_io(py, &f, true, hip, ptr, size, file_offset)
     }
 
     /// `pwrite_device(ptr, size, file_offset=0, hip=False) -> int`: as
@@ -268,7 +268,7 @@ impl File {
         hip: bool,
     ) -> PyResult<usize> {
         let f = self.get()?;
-        gpu_io(py, &f, true, hip, ptr, size, file_offset)
+        gpu_io(py, &f, false, hip, ptr, size, file_offset)
     }
 
     /// `readv(segments, file_offset=0) -> int`: reads into the segments in
@@ -458,7 +458,7 @@ impl File {
             return gpu_io(
                 py,
                 &f,
-                !read,
+                read,
                 hip,
                 ptr + buf_offset as u64,
                 size,

@@ -30,13 +30,13 @@ pub(crate) fn cached_gpu(
         .map_err(to_py)
 }
 
-/// I/O on GPU memory that is not registered, without the GIL
+/// A read (`read`) or write of GPU memory that is not registered, without the GIL
 /// (`fgds::gpucache`: a staging buffer or the cached registration of its
 /// allocation).
 pub(crate) fn gpu_io(
     py: Python<'_>,
     f: &Arc<FileHandle>,
-    write: bool,
+    read: bool,
     hip: bool,
     ptr: u64,
     size: usize,
@@ -47,10 +47,10 @@ pub(crate) fn gpu_io(
     }
     py.allow_threads(|| {
         let rt = runtime(hip)?;
-        if write {
-            fgds::gpucache::write(f, &rt, ptr, size, file_offset)
-        } else {
+        if read {
             fgds::gpucache::read(f, &rt, ptr, size, file_offset)
+        } else {
+            fgds::gpucache::write(f, &rt, ptr, size, file_offset)
         }
     })
     .map(|(n, _)| n)
