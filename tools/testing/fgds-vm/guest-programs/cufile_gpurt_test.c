@@ -37,20 +37,11 @@
 #include "fgds_pattern.h"
 #include "fgds_test.h"
 #include "guest_test.h"
+#include "cufile_guest.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define LEN (8 * SZ_1M)
 #define SEED 0xd0
-
-/* The level 3 record of the stand-in GPU (its PCI address is the uuid). */
-static CUfilePerGpuStats_t *gpu_stats(CUfileStatsLevel3_t *st)
-{
-	for (uint32_t i = 0; i < st->num_gpus && i < 16; i++)
-		if (!strncasecmp(st->per_gpu_stats[i].uuid, getenv("FGDS_GPU_BDF"),
-				 CUFILE_GPU_UUID_LEN))
-			return &st->per_gpu_stats[i];
-	return NULL;
-}
 
 FIXTURE(cufile) {
 	CUdeviceptr dptr;
@@ -76,7 +67,6 @@ FIXTURE_VARIANT_ADD(cufile, unregistered) {
 FIXTURE_SETUP(cufile)
 {
 	const char *dir = getenv("FGDS_EXT4"), *bdf = getenv("FGDS_GPU_BDF");
-	CUfileDescr_t d;
 	CUcontext ctx;
 	int ord;
 
@@ -97,12 +87,7 @@ FIXTURE_SETUP(cufile)
 	}
 	snprintf(self->path, sizeof(self->path), "%s/cufile-gpurt-test", dir);
 	ASSERT_EQ(0, fgds_put_file(self->path, 2 * LEN, SEED));
-	self->fd = open(self->path, O_RDWR | O_DIRECT);
-	ASSERT_LE(0, self->fd);
-	memset(&d, 0, sizeof(d));
-	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-	d.handle.fd = self->fd;
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&self->fh, &d).err);
+	cufile_open_handle(_metadata, self->path, &self->fd, &self->fh);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileStatsReset().err);
 }
 
@@ -120,23 +105,6 @@ FIXTURE_TEARDOWN(cufile)
 	unlink(self->path);
 }
 
-static long long file_cmp(const char *path, off_t off, size_t len, uint64_t seed)
-{
-	long long ret = -2;
-	void *buf;
-	int fd;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -2;
-	fd = open(path, O_RDONLY | O_DIRECT);
-	if (fd >= 0 && pread(fd, buf, len, off) == (ssize_t)len)
-		ret = fgds_pattern_cmp(buf, len, seed, 0);
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
-}
-
 /* The stand-in GPU's record: @reads and @writes requests, all P2P. */
 static void all_p2p(struct __test_metadata *_metadata, FIXTURE_DATA(cufile) *self,
 		    uint64_t reads, uint64_t writes)
@@ -144,7 +112,7 @@ static void all_p2p(struct __test_metadata *_metadata, FIXTURE_DATA(cufile) *sel
 	CUfilePerGpuStats_t *g;
 
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
-	g = gpu_stats(&self->st);
+	g = cufile_gpu_stats(&self->st, getenv("FGDS_GPU_BDF"));
 	ASSERT_NE(NULL, g) TH_LOG("no statistics for GPU %s (%u GPUs)", getenv("FGDS_GPU_BDF"),
 				  self->st.num_gpus);
 	EXPECT_EQ(reads, g->n_p2p_reads);
@@ -164,63 +132,32 @@ TEST_F_TIMEOUT(cufile, read_and_write, 300)
 	guest_host_check(_metadata, SEED, self->bar_off + 6 * SZ_1M, SZ_1M, 0);
 	guest_host_fill(_metadata, SEED + 1, self->bar_off, 2 * SZ_1M);
 	ASSERT_EQ((ssize_t)(2 * SZ_1M), cuFileWrite(self->fh, p, 2 * SZ_1M, LEN, 0));
-	EXPECT_EQ(-1, file_cmp(self->path, LEN, 2 * SZ_1M, SEED + 1));
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, LEN, 2 * SZ_1M, SEED + 1, 0));
 	all_p2p(_metadata, self, 2, 1);
 }
 
-static struct fgds_gpucache_counters counters(void);
-
-/*
- * One batch of 8 reads of 1 MiB, to the fixture's memory at @round's
- * offsets; every byte checked by the host.
- */
-static void batch_round(struct __test_metadata *_metadata, FIXTURE_DATA(cufile) *self,
-			CUfileBatchHandle_t b, int round)
+/* The library's own counts of registrations, cache and staging pool. */
+static struct fgds_gpucache_counters counters(void)
 {
-	CUfileIOParams_t p[8];
-	CUfileIOEvents_t ev[8];
-	unsigned int got = 0, nr;
+	struct fgds_gpucache_counters c;
 
-	memset(p, 0, sizeof(p));
-	for (int i = 0; i < 8; i++) {
-		p[i].mode = CUFILE_BATCH;
-		p[i].fh = self->fh;
-		p[i].opcode = CUFILE_READ;
-		p[i].cookie = (void *)(long)(100 + i);
-		p[i].u.batch.devPtr_base = (void *)(uintptr_t)self->dptr;
-		p[i].u.batch.devPtr_offset = ((i + round) % 8) * SZ_1M;
-		p[i].u.batch.file_offset = (7 - i) * SZ_1M;
-		p[i].u.batch.size = SZ_1M;
-	}
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSubmit(b, 8, p, 0).err);
-	while (got < 8) {
-		struct timespec t = { .tv_sec = 30 };
-
-		nr = 8 - got;
-		ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOGetStatus(b, 1, &nr, ev + got, &t).err);
-		ASSERT_LT(0, nr);
-		got += nr;
-	}
-	for (int i = 0; i < 8; i++) {
-		EXPECT_EQ(CUFILE_COMPLETE, ev[i].status);
-		EXPECT_EQ(SZ_1M, ev[i].ret);
-	}
-	for (int i = 0; i < 8; i++)
-		guest_host_check(_metadata, SEED, self->bar_off + ((i + round) % 8) * SZ_1M, SZ_1M,
-				 (7 - i) * SZ_1M);
+	memset(&c, 0, sizeof(c));
+	fgds_gpucache_counters(&c);
+	return c;
 }
 
 /* Two batches; on memory never registered, the second registers nothing. */
 TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 {
 	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
+	void *p = (void *)(uintptr_t)self->dptr;
 	struct fgds_gpucache_counters c0, c1;
 	CUfileBatchHandle_t b;
 
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSetUp(&b, 8).err);
-	batch_round(_metadata, self, b, 0);
+	cufile_batch_round(_metadata, b, self->fh, p, self->bar_off, SEED, 0);
 	c0 = counters();
-	batch_round(_metadata, self, b, 3);
+	cufile_batch_round(_metadata, b, self->fh, p, self->bar_off, SEED, 3);
 	c1 = counters();
 	cuFileBatchIODestroy(b);
 	TH_LOG("second batch: REG_BUFFER %llu, cached %llu, uncached %llu",
@@ -267,18 +204,9 @@ TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)
 	all_p2p(_metadata, self, 1, 1);
 	EXPECT_EQ(-1, fgds_pattern_cmp(pin, size, SEED, foff));
 	guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
-	EXPECT_EQ(-1, file_cmp(self->path, woff, size, SEED + 2));
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, woff, size, SEED + 2, 0));
 	EXPECT_EQ(0, cuMemFreeHost(pin));
 	EXPECT_EQ(0, cuStreamDestroy_v2(s));
-}
-
-static struct fgds_gpucache_counters counters(void)
-{
-	struct fgds_gpucache_counters c;
-
-	memset(&c, 0, sizeof(c));
-	fgds_gpucache_counters(&c);
-	return c;
 }
 
 /*

@@ -27,6 +27,7 @@
 #include "fgds_test.h"
 #include "fgds_vfio.h"
 #include "guest_test.h"
+#include "cufile_guest.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define BAR_OFF (384 * SZ_1M)
@@ -36,10 +37,7 @@
 /* The level 3 record of the stand-in GPU (its PCI address is the uuid). */
 static CUfilePerGpuStats_t *gpu_stats(CUfileStatsLevel3_t *st)
 {
-	for (uint32_t i = 0; i < st->num_gpus && i < 16; i++)
-		if (!strncmp(st->per_gpu_stats[i].uuid, fgds_gpu_bdf(), CUFILE_GPU_UUID_LEN))
-			return &st->per_gpu_stats[i];
-	return NULL;
+	return cufile_gpu_stats(st, fgds_gpu_bdf());
 }
 
 FIXTURE(cufile) {
@@ -54,7 +52,6 @@ FIXTURE(cufile) {
 FIXTURE_SETUP(cufile)
 {
 	const char *dir = getenv("FGDS_EXT4"), *why;
-	CUfileDescr_t d;
 	CUfileError_t e;
 
 	self->base = NULL;
@@ -69,12 +66,7 @@ FIXTURE_SETUP(cufile)
 	ASSERT_EQ(CU_FILE_SUCCESS, e.err) TH_LOG("cuFileBufRegisterDmabufFGDS: %d", e.err);
 	snprintf(self->path, sizeof(self->path), "%s/cufile-vm-test", dir);
 	ASSERT_EQ(0, fgds_put_file(self->path, 2 * LEN, SEED));
-	self->fd = open(self->path, O_RDWR | O_DIRECT);
-	ASSERT_LE(0, self->fd);
-	memset(&d, 0, sizeof(d));
-	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-	d.handle.fd = self->fd;
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&self->fh, &d).err);
+	cufile_open_handle(_metadata, self->path, &self->fd, &self->fh);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileStatsReset().err);
 }
 
@@ -145,39 +137,11 @@ TEST_F_TIMEOUT(cufile, unaligned_read_is_p2p_but_its_edges, 300)
 
 TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 {
-	CUfileIOParams_t p[8];
-	CUfileIOEvents_t ev[8];
 	CUfileBatchHandle_t b;
 	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
-	unsigned int got = 0, nr;
 
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSetUp(&b, 8).err);
-	memset(p, 0, sizeof(p));
-	for (int i = 0; i < 8; i++) {
-		p[i].mode = CUFILE_BATCH;
-		p[i].fh = self->fh;
-		p[i].opcode = CUFILE_READ;
-		p[i].cookie = (void *)(long)(100 + i);
-		p[i].u.batch.devPtr_base = self->base;
-		p[i].u.batch.devPtr_offset = i * SZ_1M;
-		p[i].u.batch.file_offset = (7 - i) * SZ_1M;
-		p[i].u.batch.size = SZ_1M;
-	}
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOSubmit(b, 8, p, 0).err);
-	while (got < 8) {
-		struct timespec t = { .tv_sec = 30 };
-
-		nr = 8 - got;
-		ASSERT_EQ(CU_FILE_SUCCESS, cuFileBatchIOGetStatus(b, 1, &nr, ev + got, &t).err);
-		ASSERT_LT(0, nr);
-		got += nr;
-	}
-	for (int i = 0; i < 8; i++) {
-		EXPECT_EQ(CUFILE_COMPLETE, ev[i].status);
-		EXPECT_EQ(SZ_1M, ev[i].ret);
-	}
-	for (int i = 0; i < 8; i++)
-		guest_host_check(_metadata, SEED, BAR_OFF + i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);
+	cufile_batch_round(_metadata, b, self->fh, self->base, BAR_OFF, SEED, 0);
 	cuFileBatchIODestroy(b);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(8, l1->batch_enqueued_ops.ok);
@@ -189,21 +153,11 @@ TEST_F_TIMEOUT(cufile, batch_of_reads, 300)
 
 TEST_F_TIMEOUT(cufile, write_from_the_bar, 300)
 {
-	char ans[256];
 	CUfilePerGpuStats_t *g;
-	void *buf;
-	int fd;
 
-	ASSERT_EQ(0, fgds_host_req("fill", SEED + 1, BAR_OFF, LEN, 0, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
+	guest_host_fill(_metadata, SEED + 1, BAR_OFF, LEN);
 	ASSERT_EQ((ssize_t)LEN, cuFileWrite(self->fh, self->base, LEN, 0, 0));
-	ASSERT_EQ(0, posix_memalign(&buf, 4096, LEN));
-	fd = open(self->path, O_RDONLY | O_DIRECT);
-	ASSERT_LE(0, fd);
-	ASSERT_EQ((ssize_t)LEN, pread(fd, buf, LEN, 0));
-	EXPECT_EQ(-1, fgds_pattern_cmp(buf, LEN, SEED + 1, 0));
-	close(fd);
-	free(buf);
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, 0, LEN, SEED + 1, 0));
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	g = gpu_stats(&self->st);
 	ASSERT_NE(NULL, g);
@@ -248,28 +202,19 @@ TEST_F_TIMEOUT(cufile, readv_scatters_into_the_bar, 300)
  */
 TEST_F_TIMEOUT(cufile, writev_gathers_from_the_bar, 300)
 {
-	char *base = self->base, ans[256];
+	char *base = self->base;
 	CUfileIOVec_t iov[3] = {
 		{ base + 3 * SZ_1M, SZ_1M },
 		{ base, SZ_1M },
 		{ base + 6 * SZ_1M, 2 * SZ_1M },
 	};
 	CUfileStatsLevel1_t *l1 = &self->st.detailed.basic;
-	char *buf;
-	int fd;
 
-	ASSERT_EQ(0, fgds_host_req("fill", SEED + 3, BAR_OFF, LEN, 0, ans, sizeof(ans)))
-		TH_LOG("host: %s", ans);
+	guest_host_fill(_metadata, SEED + 3, BAR_OFF, LEN);
 	ASSERT_EQ((ssize_t)(4 * SZ_1M), cuFileWritev(self->fh, iov, 3, 0, 0));
-	ASSERT_EQ(0, posix_memalign((void **)&buf, 4096, 4 * SZ_1M));
-	fd = open(self->path, O_RDONLY | O_DIRECT);
-	ASSERT_LE(0, fd);
-	ASSERT_EQ((ssize_t)(4 * SZ_1M), pread(fd, buf, 4 * SZ_1M, 0));
-	EXPECT_EQ(-1, fgds_pattern_cmp(buf, SZ_1M, SEED + 3, 3 * SZ_1M));
-	EXPECT_EQ(-1, fgds_pattern_cmp(buf + SZ_1M, SZ_1M, SEED + 3, 0));
-	EXPECT_EQ(-1, fgds_pattern_cmp(buf + 2 * SZ_1M, 2 * SZ_1M, SEED + 3, 6 * SZ_1M));
-	close(fd);
-	free(buf);
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, 0, SZ_1M, SEED + 3, 3 * SZ_1M));
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, SZ_1M, SZ_1M, SEED + 3, 0));
+	EXPECT_EQ(-1, cufile_file_cmp(self->path, 2 * SZ_1M, 2 * SZ_1M, SEED + 3, 6 * SZ_1M));
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(1, l1->writev_ops.ok);
 	EXPECT_EQ(4 * SZ_1M, l1->writev_bytes);
@@ -281,17 +226,11 @@ TEST_F_TIMEOUT(cufile, no_p2p_device_falls_back_visibly, 300)
 	CUfilePerGpuStats_t *g;
 	CUfileDrvProps_t p;
 	CUfileHandle_t fh;
-	CUfileDescr_t d;
 	int fd;
 
 	ASSERT_NE(NULL, loop);
 	ASSERT_EQ(0, fgds_put_file(loop, SZ_1M, SEED + 2));
-	fd = open(loop, O_RDWR | O_DIRECT);
-	ASSERT_LE(0, fd);
-	memset(&d, 0, sizeof(d));
-	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
-	d.handle.fd = fd;
-	ASSERT_EQ(CU_FILE_SUCCESS, cuFileHandleRegister(&fh, &d).err);
+	cufile_open_handle(_metadata, loop, &fd, &fh);
 	ASSERT_EQ((ssize_t)SZ_1M, cuFileRead(fh, self->base, SZ_1M, 0, 0));
 	guest_host_check(_metadata, SEED + 2, BAR_OFF, SZ_1M, 0);
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
