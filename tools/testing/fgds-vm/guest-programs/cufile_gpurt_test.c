@@ -14,8 +14,9 @@
  * Unregistered memory (issue 28) never costs a registration per call: the
  * library's own REG_BUFFER count (fgds_gpucache_counters) does not move
  * over many calls through the staging pool (64 KiB, at device addresses
- * O_DIRECT could not use) and the registration cache (1 MiB and more), every
- * byte checked from the host; two stream-ordered requests on the same
+ * O_DIRECT could not use) and the registration cache (1 MiB and more), nor
+ * over stream-ordered (cuFileReadAsync, cuFileWriteAsync) and vectored
+ * (cuFileReadv, cuFileWritev) calls, every byte checked from the host; two stream-ordered requests on the same
  * unregistered memory in flight at once both run P2P; an allocation freed
  * leaves the cache (unregistered) within its bound, and the next one is
  * registered anew, its bytes where they belong.
@@ -373,6 +374,75 @@ TEST_F_TIMEOUT(cufile, address_reused_at_once_never_hits_the_old_entry, 120)
 	EXPECT_EQ(c0.cache_registrations + 1, c1.cache_registrations);
 	EXPECT_EQ(c0.cache_hits, c1.cache_hits);
 	EXPECT_EQ(0, cuMemFree_v2(c));
+}
+
+/*
+ * Stream-ordered and vectored requests register nothing per call (issue
+ * 40): after one of each, which may register the allocation in the cache
+ * (unregistered variant), 4 rounds of cuFileReadAsync, cuFileWriteAsync,
+ * cuFileReadv and cuFileWritev leave the library's REG_BUFFER and
+ * UNREG_BUFFER counts where they were. Strict mode: none bounces. Every
+ * byte read is checked in the BAR by the host, every byte written in the
+ * file.
+ */
+TEST_F_TIMEOUT(cufile, async_and_vectored_register_nothing_per_call, 300)
+{
+	char *p = (char *)(uintptr_t)self->dptr;
+	struct fgds_gpucache_counters c0, c1;
+	const int rounds = 4;
+	CUstream s;
+
+	ASSERT_EQ(0, cuStreamCreate(&s, CU_STREAM_DEFAULT));
+	/* the host's streams in the two ranges the writes take from */
+	guest_host_fill(_metadata, SEED + 4, self->bar_off + 6 * SZ_1M, SZ_1M);
+	guest_host_fill(_metadata, SEED + 5, self->bar_off + 7 * SZ_1M, SZ_1M);
+	for (int i = -1; i < rounds; i++) {
+		/* round -1 warms up; reads from the first half of the file, writes to the second */
+		const int r = i + 1;
+		size_t size = SZ_1M;
+		off_t foff = r * SZ_1M, boff = (r % 4) * SZ_1M;
+		off_t woff = LEN + r * SZ_1M / 2, wboff = 7 * SZ_1M;
+		ssize_t done = -1, wdone = -1;
+		CUfileIOVec_t rv[2] = {
+			{ p + 4 * SZ_1M + r * 4096, SZ_1M / 2 },
+			{ p + 5 * SZ_1M, SZ_1M / 4 },
+		};
+		CUfileIOVec_t wv[2] = {
+			{ p + 6 * SZ_1M + SZ_1M / 2, SZ_1M / 4 },
+			{ p + 6 * SZ_1M, SZ_1M / 4 },
+		};
+		const off_t vfoff = r * SZ_1M / 4, vwoff = LEN + 4 * SZ_1M + r * SZ_1M / 2;
+
+		if (i == 0)
+			c0 = counters();
+		ASSERT_EQ(CU_FILE_SUCCESS, cuFileReadAsync(self->fh, p, &size, &foff, &boff,
+							   &done, s).err);
+		ASSERT_EQ(CU_FILE_SUCCESS, cuFileWriteAsync(self->fh, p, &size, &woff, &wboff,
+							    &wdone, s).err);
+		ASSERT_EQ(0, cuStreamSynchronize(s));
+		ASSERT_EQ((ssize_t)size, done);
+		ASSERT_EQ((ssize_t)size, wdone);
+		guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
+		EXPECT_EQ(-1, cufile_file_cmp(self->path, woff, size, SEED + 5, 0));
+		ASSERT_EQ((ssize_t)(3 * SZ_1M / 4), cuFileReadv(self->fh, rv, 2, vfoff, 0));
+		guest_host_check(_metadata, SEED, self->bar_off + 4 * SZ_1M + r * 4096, SZ_1M / 2,
+				 vfoff);
+		guest_host_check(_metadata, SEED, self->bar_off + 5 * SZ_1M, SZ_1M / 4,
+				 vfoff + SZ_1M / 2);
+		ASSERT_EQ((ssize_t)(SZ_1M / 2), cuFileWritev(self->fh, wv, 2, vwoff, 0));
+		EXPECT_EQ(-1, cufile_file_cmp(self->path, vwoff, SZ_1M / 4, SEED + 4, SZ_1M / 2));
+		EXPECT_EQ(-1, cufile_file_cmp(self->path, vwoff + SZ_1M / 4, SZ_1M / 4, SEED + 4, 0));
+	}
+	c1 = counters();
+	TH_LOG("%d rounds of 4 requests: REG_BUFFER %llu, UNREG_BUFFER %llu, cached %llu, staged %llu",
+	       rounds, (unsigned long long)(c1.registrations - c0.registrations),
+	       (unsigned long long)(c1.unregistrations - c0.unregistrations),
+	       (unsigned long long)(c1.cached - c0.cached),
+	       (unsigned long long)(c1.staged - c0.staged));
+	EXPECT_EQ(c0.registrations, c1.registrations);
+	EXPECT_EQ(c0.unregistrations, c1.unregistrations);
+	EXPECT_EQ(c0.staged, c1.staged);
+	EXPECT_EQ(0, cuStreamDestroy_v2(s));
 }
 
 TEST_HARNESS_MAIN
