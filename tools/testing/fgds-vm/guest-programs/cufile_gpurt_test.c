@@ -133,7 +133,7 @@ TEST_F_TIMEOUT(cufile, read_and_write, 300)
 	guest_host_check(_metadata, SEED, self->bar_off + 6 * SZ_1M, SZ_1M, 0);
 	guest_host_fill(_metadata, SEED + 1, self->bar_off, 2 * SZ_1M);
 	ASSERT_EQ((ssize_t)(2 * SZ_1M), cuFileWrite(self->fh, p, 2 * SZ_1M, LEN, 0));
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, LEN, 2 * SZ_1M, SEED + 1, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN, 2 * SZ_1M, SEED + 1, 0));
 	all_p2p(_metadata, self, 2, 1);
 }
 
@@ -205,7 +205,7 @@ TEST_F_TIMEOUT(cufile, async_on_a_stream, 300)
 	all_p2p(_metadata, self, 1, 1);
 	EXPECT_EQ(-1, fgds_pattern_cmp(pin, size, SEED, foff));
 	guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, woff, size, SEED + 2, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, woff, size, SEED + 2, 0));
 	EXPECT_EQ(0, cuMemFreeHost(pin));
 	EXPECT_EQ(0, cuStreamDestroy_v2(s));
 }
@@ -423,15 +423,15 @@ TEST_F_TIMEOUT(cufile, async_and_vectored_register_nothing_per_call, 300)
 		ASSERT_EQ((ssize_t)size, done);
 		ASSERT_EQ((ssize_t)size, wdone);
 		guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
-		EXPECT_EQ(-1, cufile_file_cmp(self->path, woff, size, SEED + 5, 0));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, woff, size, SEED + 5, 0));
 		ASSERT_EQ((ssize_t)(3 * SZ_1M / 4), cuFileReadv(self->fh, rv, 2, vfoff, 0));
 		guest_host_check(_metadata, SEED, self->bar_off + 4 * SZ_1M + r * 4096, SZ_1M / 2,
 				 vfoff);
 		guest_host_check(_metadata, SEED, self->bar_off + 5 * SZ_1M, SZ_1M / 4,
 				 vfoff + SZ_1M / 2);
 		ASSERT_EQ((ssize_t)(SZ_1M / 2), cuFileWritev(self->fh, wv, 2, vwoff, 0));
-		EXPECT_EQ(-1, cufile_file_cmp(self->path, vwoff, SZ_1M / 4, SEED + 4, SZ_1M / 2));
-		EXPECT_EQ(-1, cufile_file_cmp(self->path, vwoff + SZ_1M / 4, SZ_1M / 4, SEED + 4, 0));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff, SZ_1M / 4, SEED + 4, SZ_1M / 2));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff + SZ_1M / 4, SZ_1M / 4, SEED + 4, 0));
 	}
 	c1 = counters();
 	TH_LOG("%d rounds of 4 requests: REG_BUFFER %llu, UNREG_BUFFER %llu, cached %llu, staged %llu",

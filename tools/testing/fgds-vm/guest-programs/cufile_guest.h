@@ -3,20 +3,17 @@
  * The scenario the two cuFile guest programs share (cufile_vm_test.c, on a
  * dma-buf of vfio-pci; cufile_gpurt_test.c, on memory of the GPU
  * stand-in's runtime): the stand-in GPU's level 3 record, the test file
- * opened with O_DIRECT as a cuFile handle, a batch of 8 reads of 1 MiB whose
- * every byte the host checks in the BAR, and a range of the file compared
- * with the stream written. Include after kselftest_harness.h, cufile.h,
- * fgds_pattern.h and guest_test.h.
+ * opened with O_DIRECT as a cuFile handle, and a batch of 8 reads of 1 MiB
+ * whose every byte the host checks in the BAR. Include after
+ * kselftest_harness.h, cufile.h and guest_test.h.
  */
 #ifndef CUFILE_GUEST_H
 #define CUFILE_GUEST_H
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
 #define CUFILE_GUEST_MIB (1024 * 1024UL)
 
@@ -83,29 +80,6 @@ static inline void cufile_batch_round(struct __test_metadata *_metadata, CUfileB
 	for (int i = 0; i < 8; i++)
 		guest_host_check(_metadata, seed, bar_off + ((i + round) % 8) * CUFILE_GUEST_MIB,
 				 CUFILE_GUEST_MIB, (7 - i) * CUFILE_GUEST_MIB);
-}
-
-/*
- * Compares @len bytes of @path from @off, read back with O_DIRECT, with
- * stream @seed from @pos: -1 when every byte is right, else the first
- * wrong one's index; -2 when the file could not be read.
- */
-static inline long long cufile_file_cmp(const char *path, off_t off, size_t len, __u64 seed,
-					__u64 pos)
-{
-	long long ret = -2;
-	void *buf;
-	int fd;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -2;
-	fd = open(path, O_RDONLY | O_DIRECT);
-	if (fd >= 0 && pread(fd, buf, len, off) == (ssize_t)len)
-		ret = fgds_pattern_cmp(buf, len, seed, pos);
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
 }
 
 #endif /* CUFILE_GUEST_H */

@@ -157,7 +157,7 @@ TEST_F_TIMEOUT(cufile, write_from_the_bar, 300)
 
 	guest_host_fill(_metadata, SEED + 1, BAR_OFF, LEN);
 	ASSERT_EQ((ssize_t)LEN, cuFileWrite(self->fh, self->base, LEN, 0, 0));
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, 0, LEN, SEED + 1, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, 0, LEN, SEED + 1, 0));
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	g = gpu_stats(&self->st);
 	ASSERT_NE(NULL, g);
@@ -212,9 +212,9 @@ TEST_F_TIMEOUT(cufile, writev_gathers_from_the_bar, 300)
 
 	guest_host_fill(_metadata, SEED + 3, BAR_OFF, LEN);
 	ASSERT_EQ((ssize_t)(4 * SZ_1M), cuFileWritev(self->fh, iov, 3, 0, 0));
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, 0, SZ_1M, SEED + 3, 3 * SZ_1M));
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, SZ_1M, SZ_1M, SEED + 3, 0));
-	EXPECT_EQ(-1, cufile_file_cmp(self->path, 2 * SZ_1M, 2 * SZ_1M, SEED + 3, 6 * SZ_1M));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, 0, SZ_1M, SEED + 3, 3 * SZ_1M));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, SZ_1M, SZ_1M, SEED + 3, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, 2 * SZ_1M, 2 * SZ_1M, SEED + 3, 6 * SZ_1M));
 	ASSERT_EQ(CU_FILE_SUCCESS, cuFileGetStatsL3(&self->st).err);
 	EXPECT_EQ(1, l1->writev_ops.ok);
 	EXPECT_EQ(4 * SZ_1M, l1->writev_bytes);

@@ -34,24 +34,6 @@
 #define FILE_LEN (2 * LEN)
 #define SEED 0x3c
 
-/* Whether the file holds seed's stream at @pos over [off, off + len). */
-static long long file_cmp(const char *path, off_t off, size_t len, uint64_t seed, uint64_t pos)
-{
-	long long ret = -2;
-	void *buf;
-	int fd;
-
-	if (posix_memalign(&buf, 4096, len))
-		return -2;
-	fd = open(path, O_RDONLY | O_DIRECT);
-	if (fd >= 0 && pread(fd, buf, len, off) == (ssize_t)len)
-		ret = fgds_pattern_cmp(buf, len, seed, pos);
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ret;
-}
-
 FIXTURE(gpu) {
 	uint64_t dptr;
 	uint64_t bar_off;
@@ -163,7 +145,7 @@ TEST_F_TIMEOUT(gpu, pread_backend_both_ways, 300)
 	host_fill(_metadata, self, 0x41, 0, len);
 	ASSERT_EQ((ssize_t)len, fgds_write(h, self->base, len, LEN, 0))
 		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, file_cmp(self->path, LEN, len, 0x41, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN, len, 0x41, 0));
 	all_direct(_metadata, h, 2 * len);
 	fgds_close(h);
 }
@@ -180,7 +162,7 @@ TEST_F_TIMEOUT(gpu, io_uring_both_ways, 300)
 	host_fill(_metadata, self, 0x42, 16 * SZ_1M, len);
 	ASSERT_EQ((ssize_t)len, fgds_write(h, self->base, len, LEN + SZ_1M, 16 * SZ_1M))
 		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, file_cmp(self->path, LEN + SZ_1M, len, 0x42, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN + SZ_1M, len, 0x42, 0));
 	all_direct(_metadata, h, 2 * len);
 	fgds_close(h);
 }
@@ -208,7 +190,7 @@ TEST_F_TIMEOUT(gpu, vectored_both_ways, 300)
 	ASSERT_EQ((ssize_t)total, fgds_writev(h, segs, 3, LEN)) TH_LOG("%s", fgds_last_error());
 	pos = 0;
 	for (int i = 0; i < 3; pos += segs[i].size, i++)
-		EXPECT_EQ(-1, file_cmp(self->path, LEN + pos, segs[i].size, 0x43 + i, 0));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, LEN + pos, segs[i].size, 0x43 + i, 0));
 	all_direct(_metadata, h, 2 * total);
 	fgds_close(h);
 }
@@ -224,7 +206,7 @@ TEST_F_TIMEOUT(gpu, one_call_larger_than_the_split_size, 600)
 	host_fill(_metadata, self, 0x47, 0, LEN);
 	ASSERT_EQ((ssize_t)LEN, fgds_write(h, self->base, LEN, LEN, 0))
 		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, file_cmp(self->path, LEN, LEN, 0x47, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN, LEN, 0x47, 0));
 	all_direct(_metadata, h, 2 * LEN);
 	fgds_close(h);
 }
@@ -301,7 +283,7 @@ TEST_F_TIMEOUT(gpu, unregistered_memory_without_registration_per_call, 300)
 		guest_host_fill(_metadata, 0x50 + r, bar + 2 * SZ_1M, large);
 		ASSERT_EQ((ssize_t)large, fgds_write(h, b, large, LEN + r * large, 2 * SZ_1M))
 			TH_LOG("round %d: %s", r, fgds_last_error());
-		EXPECT_EQ(-1, file_cmp(self->path, LEN + r * large, large, 0x50 + r, 0));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, LEN + r * large, large, 0x50 + r, 0));
 	}
 	ASSERT_EQ(0, fgds_gpucache_counters(&c1));
 	printf("# 4 rounds of 4 requests on unregistered %s memory: REG_BUFFER %llu, "
@@ -348,7 +330,7 @@ TEST_F_TIMEOUT(gpu, batch_both_ways, 300)
 	}
 	run_batch(_metadata, h, p, 8);
 	for (int i = 0; i < 8; i++)
-		EXPECT_EQ(-1, file_cmp(self->path, LEN + (7 - i) * SZ_1M, SZ_1M, 0x50 + i, 0));
+		EXPECT_EQ(-1, guest_file_cmp(self->path, LEN + (7 - i) * SZ_1M, SZ_1M, 0x50 + i, 0));
 	all_direct(_metadata, h, 16 * SZ_1M);
 	fgds_close(h);
 }
@@ -387,7 +369,7 @@ static void stream_io(struct __test_metadata *_metadata, FIXTURE_DATA(gpu) *self
 	EXPECT_EQ((ssize_t)size, wdone);
 	EXPECT_EQ(-1, fgds_pattern_cmp(pin, size, SEED, foff));
 	host_check(_metadata, self, SEED, boff, size, foff);
-	EXPECT_EQ(-1, file_cmp(self->path, woff, size, 0x60, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, woff, size, 0x60, 0));
 	all_direct(_metadata, h, 2 * size);
 	EXPECT_EQ(0, cuMemFreeHost(pin));
 	fgds_close(h);
