@@ -16,6 +16,54 @@ static bool cu_enter(const char *fn)
 	return initialized;
 }
 
+/* What a call that needs a current context returns without one; releases the lock. */
+static CUresult no_context(const char *fn)
+{
+	return unlock_ret(fail(fn, CUDA_ERROR_INVALID_CONTEXT, "no current context"));
+}
+
+/*
+ * cu_enter() and the stream @h a call names (stream_of()): NULL, with what
+ * the call returns in *@err and the lock not held, before cuInit or when
+ * there is no such stream.
+ */
+static struct CUstream_st *cu_enter_stream(const char *fn, CUstream h, CUresult *err)
+{
+	struct CUstream_st *s;
+
+	if (!cu_enter(fn)) {
+		*err = CUDA_ERROR_NOT_INITIALIZED;
+		return NULL;
+	}
+	s = stream_of(fn, h, err);
+	if (!s)
+		pthread_mutex_unlock(&lock);
+	return s;
+}
+
+/* A copy between host and device memory, or a fill of device memory, on @h: device_op(). */
+static CUresult cu_copy(const char *fn, CUstream h, enum op_kind kind, uint64_t p, void *host,
+			size_t n, uint32_t value, bool wait)
+{
+	CUresult err = 0;
+	struct CUstream_st *s = cu_enter_stream(fn, h, &err);
+
+	if (!s)
+		return err;
+	return unlock_ret(device_op(fn, s, kind, p, host, n, n, value, wait));
+}
+
+/* A copy of device memory on @h: dtod(), returning before it ran. */
+static CUresult cu_dtod(const char *fn, CUstream h, uint64_t dst, uint64_t src, size_t n)
+{
+	CUresult err = 0;
+	struct CUstream_st *s = cu_enter_stream(fn, h, &err);
+
+	if (!s)
+		return err;
+	return unlock_ret(dtod(fn, s, dst, src, n, false));
+}
+
 __export CUresult cuInit(unsigned int flags)
 {
 	entry("cuInit");
@@ -123,8 +171,7 @@ __export CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	if (!dptr || !bytesize)
 		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
 	if (!cur_ctx)
-		return unlock_ret(fail("cuMemAlloc_v2", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuMemAlloc_v2");
 	return unlock_ret(mem_alloc("cuMemAlloc_v2", cur_ctx->dev, dptr, bytesize));
 }
 
@@ -133,8 +180,7 @@ __export CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (!cu_enter("cuMemFree_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!cur_ctx)
-		return unlock_ret(fail("cuMemFree_v2", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuMemFree_v2");
 	return unlock_ret(mem_free("cuMemFree_v2", dptr));
 }
 
@@ -147,8 +193,7 @@ __export CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
 	if (!pp || !bytesize)
 		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
 	if (!cur_ctx)
-		return unlock_ret(fail("cuMemHostAlloc", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuMemHostAlloc");
 	return unlock_ret(host_alloc("cuMemHostAlloc", pp, bytesize));
 }
 
@@ -202,8 +247,7 @@ __export CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
 	if (!cu_enter("cuMemGetAddressRange_v2"))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!cur_ctx)
-		return unlock_ret(fail("cuMemGetAddressRange_v2", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuMemGetAddressRange_v2");
 	return unlock_ret(addr_range("cuMemGetAddressRange_v2", pbase, psize, dptr,
 				     CUDA_ERROR_NOT_FOUND));
 }
@@ -214,105 +258,45 @@ __export CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, 
 	if (!cu_enter("cuMemGetHandleForAddressRange"))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!cur_ctx)
-		return unlock_ret(fail("cuMemGetHandleForAddressRange",
-				       CUDA_ERROR_INVALID_CONTEXT, "no current context"));
+		return no_context("cuMemGetHandleForAddressRange");
 	return unlock_ret(export("cuMemGetHandleForAddressRange", handle, dptr, size,
 				 handle_type, flags, CUDA_ERROR_NOT_SUPPORTED));
 }
 
 __export CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyHtoD_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyHtoD_v2", NULL, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(device_op("cuMemcpyHtoD_v2", s, OP_HTOD, dst, (void *)src, n, n, 0,
-				    true));
+	return cu_copy("cuMemcpyHtoD_v2", NULL, OP_HTOD, dst, (void *)src, n, 0, true);
 }
 
 __export CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyDtoH_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyDtoH_v2", NULL, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(device_op("cuMemcpyDtoH_v2", s, OP_DTOH, src, dst, n, n, 0, true));
+	return cu_copy("cuMemcpyDtoH_v2", NULL, OP_DTOH, src, dst, n, 0, true);
 }
 
 __export CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream h)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyHtoDAsync_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyHtoDAsync_v2", h, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(device_op("cuMemcpyHtoDAsync_v2", s, OP_HTOD, dst, (void *)src, n, n,
-				    0, false));
+	return cu_copy("cuMemcpyHtoDAsync_v2", h, OP_HTOD, dst, (void *)src, n, 0, false);
 }
 
 __export CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream h)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyDtoHAsync_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyDtoHAsync_v2", h, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(device_op("cuMemcpyDtoHAsync_v2", s, OP_DTOH, src, dst, n, n, 0,
-				    false));
+	return cu_copy("cuMemcpyDtoHAsync_v2", h, OP_DTOH, src, dst, n, 0, false);
 }
 
 /* CUDA: "for transfers from device memory to device memory, no host-side synchronization". */
 __export CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyDtoD_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyDtoD_v2", NULL, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(dtod("cuMemcpyDtoD_v2", s, dst, src, n, false));
+	return cu_dtod("cuMemcpyDtoD_v2", NULL, dst, src, n);
 }
 
 __export CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemcpyDtoDAsync_v2"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemcpyDtoDAsync_v2", h, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(dtod("cuMemcpyDtoDAsync_v2", s, dst, src, n, false));
+	return cu_dtod("cuMemcpyDtoDAsync_v2", h, dst, src, n);
 }
 
 __export CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h)
 {
-	CUresult err = 0;
-	struct CUstream_st *s;
-
-	if (!cu_enter("cuMemsetD8Async"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuMemsetD8Async", h, &err);
-	if (!s)
-		return unlock_ret(err);
-	return unlock_ret(device_op("cuMemsetD8Async", s, OP_SET8, dst, NULL, n, n, uc, false));
+	return cu_copy("cuMemsetD8Async", h, OP_SET8, dst, NULL, n, uc, false);
 }
 
 __export CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream h)
@@ -343,8 +327,7 @@ __export CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 	if (!ps)
 		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
 	if (!cur_ctx)
-		return unlock_ret(fail("cuStreamCreate", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuStreamCreate");
 	*ps = stream_new(cur_ctx, flags, false);
 	return unlock_ret(*ps ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 }
@@ -352,13 +335,10 @@ __export CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 __export CUresult cuStreamSynchronize(CUstream h)
 {
 	CUresult err = 0;
-	struct CUstream_st *s;
+	struct CUstream_st *s = cu_enter_stream("cuStreamSynchronize", h, &err);
 
-	if (!cu_enter("cuStreamSynchronize"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	s = stream_of("cuStreamSynchronize", h, &err);
 	if (!s)
-		return unlock_ret(err);
+		return err;
 	wait_ticket(s, sync_ticket("cuStreamSynchronize", s));
 	return unlock_ret(CUDA_SUCCESS);
 }
@@ -454,8 +434,7 @@ __export CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 	if (!pe)
 		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
 	if (!cur_ctx)
-		return unlock_ret(fail("cuEventCreate", CUDA_ERROR_INVALID_CONTEXT,
-				       "no current context"));
+		return no_context("cuEventCreate");
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return unlock_ret(CUDA_ERROR_OUT_OF_MEMORY);
