@@ -17,6 +17,29 @@ static void hip_enter(const char *fn)
 	init_locked();
 }
 
+/* The thread's device, opened; NULL when there is none. The lock is held. */
+static struct gpurt_dev *hip_device(const char *fn)
+{
+	if (hip_dev >= ndevs || dev_open(fn, &devs[hip_dev]))
+		return NULL;
+	return &devs[hip_dev];
+}
+
+/*
+ * The legacy stream of @d's primary context, where HIP's synchronous calls
+ * run (stream_of() as if it were current). The lock is held.
+ */
+static struct CUstream_st *hip_legacy(const char *fn, struct gpurt_dev *d, CUresult *err)
+{
+	struct CUctx_st *saved = cur_ctx;
+	struct CUstream_st *s;
+
+	cur_ctx = &d->ctx;
+	s = stream_of(fn, NULL, err);
+	cur_ctx = saved;
+	return s;
+}
+
 __export hipError_t hipInit(unsigned int flags)
 {
 	hip_enter("hipInit");
@@ -56,6 +79,7 @@ __export hipError_t hipDeviceGetPCIBusId(char *pci_bus_id, int len, int device)
 
 __export hipError_t hipMalloc(void **ptr, size_t size)
 {
+	struct gpurt_dev *d;
 	uint64_t p = 0;
 	hipError_t r;
 
@@ -66,9 +90,10 @@ __export hipError_t hipMalloc(void **ptr, size_t size)
 		*ptr = NULL;
 		return unlock_ret(hipSuccess);
 	}
-	if (hip_dev >= ndevs || dev_open("hipMalloc", &devs[hip_dev]))
+	d = hip_device("hipMalloc");
+	if (!d)
 		return unlock_ret(hipErrorInvalidDevice);
-	r = mem_alloc("hipMalloc", &devs[hip_dev], &p, size);
+	r = mem_alloc("hipMalloc", d, &p, size);
 	if (!r)
 		*ptr = (void *)(uintptr_t)p;
 	return unlock_ret(r);
@@ -150,7 +175,6 @@ __export hipError_t hipMemGetHandleForAddressRange(void *handle, hipDeviceptr_t 
 /* A synchronous HIP copy: on the legacy stream of the memory's device. */
 static hipError_t hip_copy(const char *fn, enum op_kind kind, uint64_t p, void *host, size_t n)
 {
-	struct CUctx_st *saved = cur_ctx;
 	struct CUstream_st *s;
 	struct gpurt_dev *d;
 	CUresult err = 0;
@@ -160,11 +184,9 @@ static hipError_t hip_copy(const char *fn, enum op_kind kind, uint64_t p, void *
 	if (!find(p, n, &d))
 		return fail(fn, hipErrorInvalidValue, "%#llx+%#zx is not in one allocation",
 			    (unsigned long long)p, n);
-	cur_ctx = &d->ctx;
-	s = stream_of(fn, NULL, &err);
+	s = hip_legacy(fn, d, &err);
 	if (s)
 		err = device_op(fn, s, kind, p, host, n, n, 0, true);
-	cur_ctx = saved;
 	return err;
 }
 
@@ -183,7 +205,6 @@ __export hipError_t hipMemcpyDtoH(void *dst, hipDeviceptr_t src, size_t n)
 /* On the legacy stream of the memory's device; returns once it ran (the stand-in waits). */
 __export hipError_t hipMemcpyDtoD(hipDeviceptr_t dst, hipDeviceptr_t src, size_t n)
 {
-	struct CUctx_st *saved = cur_ctx;
 	struct CUstream_st *s;
 	struct gpurt_dev *d;
 	CUresult err = 0;
@@ -194,28 +215,25 @@ __export hipError_t hipMemcpyDtoD(hipDeviceptr_t dst, hipDeviceptr_t src, size_t
 	if (!find((uintptr_t)dst, n, &d))
 		return unlock_ret(fail("hipMemcpyDtoD", hipErrorInvalidValue,
 				       "%p+%#zx is not in one allocation", dst, n));
-	cur_ctx = &d->ctx;
-	s = stream_of("hipMemcpyDtoD", NULL, &err);
+	s = hip_legacy("hipMemcpyDtoD", d, &err);
 	if (s)
 		err = dtod("hipMemcpyDtoD", s, (uintptr_t)dst, (uintptr_t)src, n, true);
-	cur_ctx = saved;
 	return unlock_ret(err);
 }
 
 /* Waits for the current device's work: its legacy stream waits for the blocking streams. */
 __export hipError_t hipDeviceSynchronize(void)
 {
-	struct CUctx_st *saved = cur_ctx;
 	struct CUstream_st *s;
+	struct gpurt_dev *d;
 	CUresult err = 0;
 
 	hip_enter("hipDeviceSynchronize");
-	if (hip_dev >= ndevs || dev_open("hipDeviceSynchronize", &devs[hip_dev]))
+	d = hip_device("hipDeviceSynchronize");
+	if (!d)
 		return unlock_ret(hipErrorInvalidDevice);
-	cur_ctx = &devs[hip_dev].ctx;
-	s = stream_of("hipDeviceSynchronize", NULL, &err);
+	s = hip_legacy("hipDeviceSynchronize", d, &err);
 	if (s)
 		wait_ticket(s, sync_ticket("hipDeviceSynchronize", s));
-	cur_ctx = saved;
 	return unlock_ret(err);
 }
