@@ -16,6 +16,22 @@ static bool cu_enter(const char *fn)
 	return initialized;
 }
 
+/*
+ * cu_enter() and a device call's checks of where its answer goes (@out) and
+ * of device @dev: CUDA_SUCCESS with the lock held, else what the call
+ * returns (the lock not held).
+ */
+static CUresult cu_enter_dev(const char *fn, const void *out, CUdevice dev)
+{
+	if (!cu_enter(fn))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!out)
+		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
+	if (dev < 0 || dev >= ndevs)
+		return unlock_ret(CUDA_ERROR_INVALID_DEVICE);
+	return CUDA_SUCCESS;
+}
+
 /* What a call that needs a current context returns without one; releases the lock. */
 static CUresult no_context(const char *fn)
 {
@@ -100,12 +116,10 @@ __export CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 __export CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
 {
-	if (!cu_enter("cuDeviceGetAttribute"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!pi)
-		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
-	if (dev < 0 || dev >= ndevs)
-		return unlock_ret(CUDA_ERROR_INVALID_DEVICE);
+	CUresult r = cu_enter_dev("cuDeviceGetAttribute", pi, dev);
+
+	if (r)
+		return r;
 	if (attrib != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
 		die("cuDeviceGetAttribute", "attribute %d", attrib);
 	*pi = !devs[dev].file;
@@ -126,12 +140,10 @@ __export CUresult cuDeviceGetPCIBusId(char *pci_bus_id, int len, CUdevice dev)
 
 __export CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-	if (!cu_enter("cuDevicePrimaryCtxRetain"))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!pctx)
-		return unlock_ret(CUDA_ERROR_INVALID_VALUE);
-	if (dev < 0 || dev >= ndevs)
-		return unlock_ret(CUDA_ERROR_INVALID_DEVICE);
+	CUresult r = cu_enter_dev("cuDevicePrimaryCtxRetain", pctx, dev);
+
+	if (r)
+		return r;
 	if (dev_open("cuDevicePrimaryCtxRetain", &devs[dev]))
 		return unlock_ret(CUDA_ERROR_UNKNOWN);
 	devs[dev].ctx.refs++;
