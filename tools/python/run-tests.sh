@@ -67,7 +67,8 @@ if [ "${FGDS_PY_TORCH:-1}" != 0 ] && [ "${FGDS_SKIP_LMCACHE:-0}" != 1 ]; then
 		opentelemetry-api==1.40.0 importlib-metadata==8.7.1 zipp==4.1.2
 fi
 # LMCache's own tests (tests/test_lmcache_upstream.py runs its test files of
-# L2 adapters, controllers and the MP storage manager against fgds): they are
+# L2 adapters, controllers, the MP storage manager and storage plugins
+# against fgds): they are
 # in lmcache 0.5.6's sdist on PyPI, not in its wheel. The sdist (9.4 MB) is
 # fetched once from the address pip resolves for it (pip download itself
 # cannot: it would build the package's metadata, which needs its CUDA build
