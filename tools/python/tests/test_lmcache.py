@@ -101,7 +101,9 @@ def test_plugin_loads_from_readme_config(tmpdir_ext4, kvdir):
     ({"slot_size": 1000}, "slot_size 1000 must be a multiple of 4096"),
     ({"use_direct_io": "false"}, "unknown options ['storage_plugin.fgds.use_direct_io']"),
     ({"durable": "maybe"}, "storage_plugin.fgds.durable must be true or false"),
-], ids=["no-path", "capacity", "slot-size", "unknown-option", "durable"])
+    ({"capacity_gb": None, "capacity_bytes": "1Mbit"},
+     "storage_plugin.fgds.capacity_bytes must be a size (1048576, 1M, 1MiB, 1MB), not '1Mbit'"),
+], ids=["no-path", "capacity", "slot-size", "unknown-option", "durable", "size"])
 def test_bad_config_stops_lmcache(tmpdir_ext4, kvdir, extra, message):
     # LMCache's launcher turns an Exception into one log line and runs on
     # without the backend; FgdsStartupError is not an Exception.
@@ -126,6 +128,34 @@ def test_on_error_skip_leaves_lmcache_running(tmpdir_ext4, kvdir):
         assert list(sm.storage_backends) == ["LocalCPUBackend"]
     finally:
         sm.close()
+
+
+def test_options_take_the_settings_spellings(tmpdir_ext4, kvdir):
+    """Sizes as ``64KiB`` and booleans as ``on`` (the FGDS_* settings'
+    spellings), from LMCache's own parsers of ``--l2-adapter`` JSON and of
+    a YAML configuration, into the slab that starts."""
+    ad = l2_adapter(mp_params(tmpdir_ext4, capacity_bytes="64KiB", durable="on", chunk_size="1MiB"))
+    try:
+        assert (ad.slab.capacity, ad.slab.slot_size, ad.slab.durable) == (64 << 10, CHUNK, True)
+    finally:
+        ad.close()
+    cfg = config_file(tmpdir_ext4, kvdir, capacity_gb=None, capacity_bytes="64KiB",
+                      slot_size="32KiB", durable='"on"', direct='"off"')
+    sm = engine(cfg)
+    try:
+        slab = sm.storage_backends["fgds"].slab
+        assert (slab.capacity, slab.slot_size, slab.durable) == (64 << 10, 32 << 10, True)
+    finally:
+        sm.close()
+
+
+def test_bad_l2_option_names_it(tmpdir_ext4):
+    with pytest.raises(fl.FgdsConfigError,
+                       match=r"adapter_params\.capacity_bytes must be a size \(1048576, 1M, 1MiB, 1MB\), "
+                             r"not '64 kilobytes'"):
+        fl.FgdsL2AdapterConfig.from_dict(mp_params(tmpdir_ext4, capacity_bytes="64 kilobytes"))
+    with pytest.raises(fl.FgdsConfigError, match=r"adapter_params\.durable must be true or false"):
+        fl.FgdsL2AdapterConfig.from_dict(mp_params(tmpdir_ext4, durable="sometimes"))
 
 
 def test_store_lookup_load_evict_restart(tmpdir_ext4, kvdir):
