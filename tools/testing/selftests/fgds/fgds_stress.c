@@ -19,8 +19,8 @@
  * revocations and kills survived, corrupted bytes, registrations and struct
  * pages left, kernel reports. Then the module is unloaded and loaded again.
  *
- * Progress is printed every 30 s; a run with no progress for 120 s prints
- * where each thread waits and fails.
+ * Progress is printed every 30 s; a run in which cycles, revocations or
+ * kills stop for 120 s prints where each thread waits and fails.
  *
  * FGDS_STRESS_SECONDS (default 40) bounds the run; FGDS_STRESS_SEED seeds it.
  */
@@ -390,32 +390,46 @@ static void print_stacks(pid_t pid)
 
 /*
  * The run's progress, every 30 s (the VM harness counts a guest silent for
- * 300 s as stalled). No cycle, revocation or kill for STALL_S seconds is a
- * hang: where every thread waits is printed, the kernel's blocked tasks
- * too (sysrq w), and the run stops as failed (4).
+ * 300 s as stalled). A figure (cycles, revocations, kills) that does not
+ * move for STALL_S seconds is a hang of the threads that make it, even
+ * while the others go on: where every thread waits is printed, the
+ * kernel's blocked tasks too (sysrq w), and the run stops as failed (4).
  */
 #define PROGRESS_S 30
 #define STALL_S 120
 
-static void report_progress(double t0, double *last_t, __u64 *last_sum, double *moved)
+struct progress {
+	double last_t;		/* when progress was last printed */
+	__u64 seen[3];		/* cycles, revocations, kills, when last looked at */
+	double moved[3];	/* when each last moved */
+};
+
+static void report_progress(double t0, struct progress *p)
 {
+	static const char *const what[3] = { "cycle", "revocation", "kill" };
+	const __u64 now_fig[3] = { fig.cycles, fig.revocations, fig.kills };
 	double now = fgds_now();
-	__u64 sum = fig.cycles + fig.revocations + fig.kills;
+	int stuck = 0;
 	pid_t child;
 
-	if (sum != *last_sum) {
-		*last_sum = sum;
-		*moved = now;
+	for (int i = 0; i < 3; i++) {
+		if (now_fig[i] != p->seen[i]) {
+			p->seen[i] = now_fig[i];
+			p->moved[i] = now;
+		}
+		if (p->moved[i] < p->moved[stuck])
+			stuck = i;
 	}
-	if (now - *last_t < PROGRESS_S)
+	if (now - p->last_t < PROGRESS_S)
 		return;
-	*last_t = now;
+	p->last_t = now;
 	ksft_print_msg("stress: %.0f s: %llu cycles, %llu revocations, %llu kills\n", now - t0,
 		       (unsigned long long)fig.cycles, (unsigned long long)fig.revocations,
 		       (unsigned long long)fig.kills);
-	if (now - *moved < STALL_S)
+	if (now - p->moved[stuck] < STALL_S)
 		return;
-	ksft_print_msg("stress: stalled %.0f s: where each thread waits\n", now - *moved);
+	ksft_print_msg("stress: stalled: no %s for %.0f s: where each thread waits\n",
+		       what[stuck], now - p->moved[stuck]);
 	print_stacks(getpid());
 	child = __atomic_load_n(&reader_pid, __ATOMIC_RELAXED);
 	if (child)
@@ -450,8 +464,8 @@ TEST_F_TIMEOUT(run, stress, 900)
 	const char *bdf[2] = { getenv("FGDS_GPU_BDF"), getenv("FGDS_GPU2_BDF") };
 	const char *dirs[2] = { getenv("FGDS_EXT4"), getenv("FGDS_XFS") };
 	__u64 seed = seed_env ? strtoull(seed_env, NULL, 0) : 1;
-	double secs = secs_env ? atof(secs_env) : 40, t0, last_t, moved;
-	__u64 last_sum = 0;
+	double secs = secs_env ? atof(secs_env) : 40, t0;
+	struct progress prog = { 0 };
 	struct worker w[NR_WORKERS] = {};
 	pthread_t thr[NR_WORKERS], rev, kil;
 	int mark, reports, i;
@@ -482,11 +496,12 @@ TEST_F_TIMEOUT(run, stress, 900)
 	ASSERT_EQ(0, pthread_create(&rev, NULL, revoker, &seed));
 	ASSERT_EQ(0, pthread_create(&kil, NULL, killer, &seed));
 	t0 = fgds_now();
-	last_t = t0;
-	moved = t0;
+	prog.last_t = t0;
+	for (i = 0; i < 3; i++)
+		prog.moved[i] = t0;
 	while (!stopped() && fgds_now() - t0 < secs) {
 		usleep(100000);
-		report_progress(t0, &last_t, &last_sum, &moved);
+		report_progress(t0, &prog);
 	}
 	if (!stopped())
 		set_stop(1);
