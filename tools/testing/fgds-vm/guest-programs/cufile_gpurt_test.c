@@ -377,17 +377,57 @@ TEST_F_TIMEOUT(cufile, address_reused_at_once_never_hits_the_old_entry, 120)
 }
 
 /*
+ * Round @r of async_and_vectored_register_nothing_per_call: a
+ * cuFileReadAsync and a cuFileWriteAsync of 1 MiB on @s, then a cuFileReadv
+ * and a cuFileWritev of two segments each, out of order; reads from the
+ * first half of the file, writes to the second. The host checks every byte
+ * read in the BAR; every byte written is compared in the file.
+ */
+static void async_and_vectored_round(struct __test_metadata *_metadata,
+				     FIXTURE_DATA(cufile) *self, CUstream s, int r)
+{
+	char *p = (char *)(uintptr_t)self->dptr;
+	size_t size = SZ_1M;
+	off_t foff = r * SZ_1M, boff = (r % 4) * SZ_1M;
+	off_t woff = LEN + r * SZ_1M / 2, wboff = 7 * SZ_1M;
+	ssize_t done = -1, wdone = -1;
+	CUfileIOVec_t rv[2] = {
+		{ p + 4 * SZ_1M + r * 4096, SZ_1M / 2 },
+		{ p + 5 * SZ_1M, SZ_1M / 4 },
+	};
+	CUfileIOVec_t wv[2] = {
+		{ p + 6 * SZ_1M + SZ_1M / 2, SZ_1M / 4 },
+		{ p + 6 * SZ_1M, SZ_1M / 4 },
+	};
+	const off_t vfoff = r * SZ_1M / 4, vwoff = LEN + 4 * SZ_1M + r * SZ_1M / 2;
+
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileReadAsync(self->fh, p, &size, &foff, &boff, &done,
+						   s).err);
+	ASSERT_EQ(CU_FILE_SUCCESS, cuFileWriteAsync(self->fh, p, &size, &woff, &wboff, &wdone,
+						    s).err);
+	ASSERT_EQ(0, cuStreamSynchronize(s));
+	ASSERT_EQ((ssize_t)size, done);
+	ASSERT_EQ((ssize_t)size, wdone);
+	guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
+	EXPECT_EQ(-1, guest_file_cmp(self->path, woff, size, SEED + 5, 0));
+	ASSERT_EQ((ssize_t)(3 * SZ_1M / 4), cuFileReadv(self->fh, rv, 2, vfoff, 0));
+	guest_host_check(_metadata, SEED, self->bar_off + 4 * SZ_1M + r * 4096, SZ_1M / 2, vfoff);
+	guest_host_check(_metadata, SEED, self->bar_off + 5 * SZ_1M, SZ_1M / 4, vfoff + SZ_1M / 2);
+	ASSERT_EQ((ssize_t)(SZ_1M / 2), cuFileWritev(self->fh, wv, 2, vwoff, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff, SZ_1M / 4, SEED + 4, SZ_1M / 2));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff + SZ_1M / 4, SZ_1M / 4, SEED + 4, 0));
+}
+
+/*
  * Stream-ordered and vectored requests register nothing per call (issue
- * 40): after one of each, which may register the allocation in the cache
- * (unregistered variant), 4 rounds of cuFileReadAsync, cuFileWriteAsync,
- * cuFileReadv and cuFileWritev leave the library's REG_BUFFER and
- * UNREG_BUFFER counts where they were. Strict mode: none bounces. Every
- * byte read is checked in the BAR by the host, every byte written in the
- * file.
+ * 40): after one round, which may register the allocation in the cache
+ * (unregistered variant), 4 more rounds of cuFileReadAsync,
+ * cuFileWriteAsync, cuFileReadv and cuFileWritev leave the library's
+ * REG_BUFFER, UNREG_BUFFER and staging counts where they were. Strict mode:
+ * none bounces.
  */
 TEST_F_TIMEOUT(cufile, async_and_vectored_register_nothing_per_call, 300)
 {
-	char *p = (char *)(uintptr_t)self->dptr;
 	struct fgds_gpucache_counters c0, c1;
 	const int rounds = 4;
 	CUstream s;
@@ -396,43 +436,10 @@ TEST_F_TIMEOUT(cufile, async_and_vectored_register_nothing_per_call, 300)
 	/* the host's streams in the two ranges the writes take from */
 	guest_host_fill(_metadata, SEED + 4, self->bar_off + 6 * SZ_1M, SZ_1M);
 	guest_host_fill(_metadata, SEED + 5, self->bar_off + 7 * SZ_1M, SZ_1M);
-	for (int i = -1; i < rounds; i++) {
-		/* round -1 warms up; reads from the first half of the file, writes to the second */
-		const int r = i + 1;
-		size_t size = SZ_1M;
-		off_t foff = r * SZ_1M, boff = (r % 4) * SZ_1M;
-		off_t woff = LEN + r * SZ_1M / 2, wboff = 7 * SZ_1M;
-		ssize_t done = -1, wdone = -1;
-		CUfileIOVec_t rv[2] = {
-			{ p + 4 * SZ_1M + r * 4096, SZ_1M / 2 },
-			{ p + 5 * SZ_1M, SZ_1M / 4 },
-		};
-		CUfileIOVec_t wv[2] = {
-			{ p + 6 * SZ_1M + SZ_1M / 2, SZ_1M / 4 },
-			{ p + 6 * SZ_1M, SZ_1M / 4 },
-		};
-		const off_t vfoff = r * SZ_1M / 4, vwoff = LEN + 4 * SZ_1M + r * SZ_1M / 2;
-
-		if (i == 0)
-			c0 = counters();
-		ASSERT_EQ(CU_FILE_SUCCESS, cuFileReadAsync(self->fh, p, &size, &foff, &boff,
-							   &done, s).err);
-		ASSERT_EQ(CU_FILE_SUCCESS, cuFileWriteAsync(self->fh, p, &size, &woff, &wboff,
-							    &wdone, s).err);
-		ASSERT_EQ(0, cuStreamSynchronize(s));
-		ASSERT_EQ((ssize_t)size, done);
-		ASSERT_EQ((ssize_t)size, wdone);
-		guest_host_check(_metadata, SEED, self->bar_off + boff, size, foff);
-		EXPECT_EQ(-1, guest_file_cmp(self->path, woff, size, SEED + 5, 0));
-		ASSERT_EQ((ssize_t)(3 * SZ_1M / 4), cuFileReadv(self->fh, rv, 2, vfoff, 0));
-		guest_host_check(_metadata, SEED, self->bar_off + 4 * SZ_1M + r * 4096, SZ_1M / 2,
-				 vfoff);
-		guest_host_check(_metadata, SEED, self->bar_off + 5 * SZ_1M, SZ_1M / 4,
-				 vfoff + SZ_1M / 2);
-		ASSERT_EQ((ssize_t)(SZ_1M / 2), cuFileWritev(self->fh, wv, 2, vwoff, 0));
-		EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff, SZ_1M / 4, SEED + 4, SZ_1M / 2));
-		EXPECT_EQ(-1, guest_file_cmp(self->path, vwoff + SZ_1M / 4, SZ_1M / 4, SEED + 4, 0));
-	}
+	async_and_vectored_round(_metadata, self, s, 0);
+	c0 = counters();
+	for (int r = 1; r <= rounds; r++)
+		async_and_vectored_round(_metadata, self, s, r);
 	c1 = counters();
 	TH_LOG("%d rounds of 4 requests: REG_BUFFER %llu, UNREG_BUFFER %llu, cached %llu, staged %llu",
 	       rounds, (unsigned long long)(c1.registrations - c0.registrations),
