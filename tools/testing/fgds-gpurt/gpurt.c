@@ -178,6 +178,21 @@ static void discover(void)
 		free(list);
 }
 
+/*
+ * The lock is held across fork(): a stream thread takes it whenever it looks
+ * at its queue (on every broadcast), and a child forked meanwhile, which has
+ * none of the parent's threads, would find it held for good.
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void fork_done(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
 /* Called with the lock held. */
 void init_locked(void)
 {
@@ -188,6 +203,7 @@ void init_locked(void)
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&progress, &a);
+	pthread_atfork(fork_prepare, fork_done, fork_done);
 	discover();
 	initialized = true;
 }
