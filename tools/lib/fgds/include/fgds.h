@@ -177,6 +177,16 @@ struct fgds_gpucache_counters {
 };
 int fgds_gpucache_counters(struct fgds_gpucache_counters *out);
 
+/* Drops what the library keeps between calls for GPU memory the caller
+ * never registered: stops and joins its registration cache's thread,
+ * unregisters the cached registrations, and unregisters and frees the
+ * staging buffers. Registered buffers, open handles and batches stay
+ * valid; the next call that needs them makes them again, and the counters
+ * above go on counting. A call running meanwhile finishes on what it
+ * started with, dropped when it is done. Optional: at exit the kernel
+ * frees all of it with the process. */
+void fgds_shutdown(void);
+
 /* Fallbacks from peer to peer to the bounce path, by cause
  * (tools/lib/fgds/src/stats.rs, FallbackCause). */
 struct fgds_fallbacks {

@@ -825,6 +825,17 @@ pub unsafe extern "C" fn fgds_gpucache_counters(out: *mut fgds_gpucache_counters
     0
 }
 
+/// Drops what the library keeps between calls for GPU memory the caller
+/// never registered (`fgds::gpucache`'s runtime): stops and joins its
+/// reaper thread, unregisters its cached registrations, and unregisters
+/// and frees its staging buffers. Buffers the caller registered, open handles and batches stay
+/// valid; a later call makes a fresh runtime. A call racing with it
+/// finishes on the runtime it started on, dropped once it is done.
+#[no_mangle]
+pub extern "C" fn fgds_shutdown() {
+    crate::gpucache::runtime::shutdown();
+}
+
 /// Copies `text` into `buf` as snprintf does (truncated to `len - 1` bytes
 /// and NUL-terminated when `len > 0`); returns the length of `text`.
 ///

@@ -90,5 +90,11 @@ pub fn cuda_dmabuf_support() -> Result<Vec<(String, Option<bool>)>> {
     Ok(out)
 }
 
+/// Held by the unit tests that make, retire or count the process's copy
+/// streams or its [`crate::gpucache::runtime`], so that they do not see
+/// each other's.
+#[cfg(test)]
+pub(crate) static TEST_GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests;

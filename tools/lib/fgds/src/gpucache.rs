@@ -88,12 +88,21 @@
 //! Registering memory of the cache oneself ([`crate::Buffer::from_cuda`],
 //! `cuFileBufRegister`) first drops the cache's registrations of that
 //! allocation (the driver registers a BAR page once at a time).
+//!
+//! # Whose they are
+//!
+//! The pools and the cache belong to the library's runtime ([`runtime`]),
+//! made on the first request that needs them; `fgds_shutdown()` drops it
+//! (the cache's thread stopped and joined, its registrations unregistered,
+//! the staging buffers unregistered and freed) and the next request makes
+//! a fresh one. The [`Settings`] and the [`Counters`] are the process's:
+//! they outlive a shutdown.
 
 mod cache;
 mod pool;
+pub(crate) mod runtime;
 mod settings;
 
-pub use cache::clear;
 pub use pool::{POOL_RETRY_MAX, POOL_RETRY_MIN};
 pub use settings::{
     configure, settings, Counters, Route, Settings, REG_CACHE_CHECK, REG_CACHE_ENTRIES,
@@ -105,8 +114,7 @@ use crate::device::list_devices;
 use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::gpu::{self, DeviceMemory, Runtime};
-use cache::{cached, occupancy};
-use pool::{lease, staged};
+use pool::staged;
 use settings::{
     BOUNCED, CACHED, CACHE_REGS, EVICTED, FULL, HITS, POOL_BUFFERS, POOL_FAILURES, STAGED, STALE,
     UNCACHED,
@@ -114,9 +122,17 @@ use settings::{
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// Drops every registration of the cache (those still used by a request
+/// go once it is done).
+pub fn clear() {
+    if let Some(r) = runtime::running() {
+        r.cache.clear();
+    }
+}
+
 /// The counters now.
 pub fn counters() -> Counters {
-    let (entries, bytes) = occupancy();
+    let (entries, bytes) = runtime::running().map_or((0, 0), |r| r.cache.occupancy());
     Counters {
         staged: STAGED.load(Ordering::Relaxed),
         cached: CACHED.load(Ordering::Relaxed),
@@ -198,7 +214,10 @@ pub fn buffer_for(
         let route = route_of(&b);
         return Ok((Arc::new(b), 0, route));
     }
-    if let Some((b, off)) = cached(rt, &mem, dptr, size as u64, true) {
+    if let Some((b, off)) = runtime::get()
+        .cache
+        .cached(rt, &mem, dptr, size as u64, true)
+    {
         CACHED.fetch_add(1, Ordering::Relaxed);
         return Ok((b, off, Route::Cached));
     }
@@ -279,17 +298,20 @@ fn io(
     }
     // From the threshold on, the allocation is registered if it is not
     // yet; below it, its registration is used only if it exists already.
-    let found = cached(rt, &mem, dptr, size as u64, large);
+    // The runtime is held to the end of the request (a shutdown meanwhile
+    // drops it after).
+    let lib = runtime::get();
+    let found = lib.cache.cached(rt, &mem, dptr, size as u64, large);
     if let Some((b, off)) = found {
         CACHED.fetch_add(1, Ordering::Relaxed);
         return run(&b, off).map(|n| (n, Route::Cached));
     }
-    if let Ok(l) = lease(rt, &mem) {
+    if let Ok(l) = lib.pools.lease(rt, &mem) {
         STAGED.fetch_add(1, Ordering::Relaxed);
         return staged(file, rt, &mem, &l, write, dptr, size, file_off).map(|n| (n, Route::Staged));
     }
     if !large {
-        if let Some((b, off)) = cached(rt, &mem, dptr, size as u64, true) {
+        if let Some((b, off)) = lib.cache.cached(rt, &mem, dptr, size as u64, true) {
             CACHED.fetch_add(1, Ordering::Relaxed);
             return run(&b, off).map(|n| (n, Route::Cached));
         }

@@ -1,6 +1,8 @@
 //! The registration cache: registrations of GPU allocations (whole, or in
 //! windows) keyed by allocation, window and buffer id, bounded in entries
-//! and bytes, emptied of freed memory by a thread of its own.
+//! and bytes ([`RegCache`]), emptied of freed memory by a thread of its own
+//! that can be told to stop ([`Cache`], one per
+//! [`super::runtime::Runtime`]).
 
 use super::settings::{
     settings, CACHE_REGS, EVICTED, FULL, HITS, REG_CACHE_CHECK, REG_CACHE_ENTRIES, REG_CACHE_IDLE,
@@ -9,7 +11,8 @@ use super::settings::{
 use crate::buffer::Buffer;
 use crate::gpu::{self, DeviceMemory, Kind, Runtime};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// A registered range: the allocation, as the runtime names it, and the
@@ -219,167 +222,197 @@ struct Cached {
     rt: Arc<Runtime>,
 }
 
-fn cache() -> &'static Mutex<RegCache<Cached>> {
-    static C: Mutex<RegCache<Cached>> = Mutex::new(RegCache::new(REG_CACHE_ENTRIES));
-    &C
+/// The registration cache of a [`super::runtime::Runtime`]: its entries,
+/// the lock that makes registrations one at a time, and the thread that
+/// drops the registrations of freed memory ([`Reaper`]).
+pub(super) struct Cache {
+    entries: Mutex<RegCache<Cached>>,
+    /// Registrations are made one at a time: two requests missing on the
+    /// same allocation must not both register it (the second would get
+    /// `EBUSY`).
+    reg_lock: Mutex<()>,
+    reaper: Mutex<Option<Reaper>>,
 }
 
-/// The allocations cached now, and the bytes registered for them.
-pub(super) fn occupancy() -> (u64, u64) {
-    let c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    (c.entries.len() as u64, c.bytes)
+/// The thread that drops the registrations of freed memory every
+/// [`REG_CACHE_CHECK`]; told to stop and joined by [`Cache::stop_reaper`].
+struct Reaper {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: JoinHandle<()>,
 }
 
-/// Registrations are made one at a time: two requests missing on the same
-/// allocation must not both register it (the second would get `EBUSY`).
-fn reg_lock() -> &'static Mutex<()> {
-    static L: Mutex<()> = Mutex::new(());
-    &L
-}
-
-/// Starts the thread that drops the registrations of freed memory, and has
-/// a caller's own registration of GPU memory drop the cache's of the same
-/// allocation first ([`release`]). Called before the cache holds its first.
-fn start_reaper() {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    STARTED.get_or_init(|| {
-        crate::buffer::before_own_registration(release);
-        let _ = std::thread::Builder::new()
-            .name("fgds-regcache".into())
-            .spawn(|| loop {
-                std::thread::sleep(REG_CACHE_CHECK);
-                let dead = cache()
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|k, id, v| match v {
-                        Some(c) => c.rt.buffer_id(k.base).is_ok_and(|now| now == id),
-                        None => true,
-                    });
-                let n = dead.len() as u64;
-                // munmap and UNREG, with no lock held; counted after, so that a caller that
-                // sees the count sees the UNREG done (unless a request still uses it)
-                drop(dead);
-                STALE.fetch_add(n, Ordering::Relaxed);
-            });
-    });
-}
-
-/// The cached registration of the window of the allocation holding
-/// `[dptr, dptr + size)` ([`window_of`]) and `dptr`'s offset in it, made if
-/// there is none and `register` is set (else only one there is already);
-/// `None` where it cannot be registered (no buffer id, not page aligned,
-/// the range past its last whole page or across the window's end, refused
-/// by the driver) or the cache is full of registrations in use.
-pub(super) fn cached(
-    rt: &Arc<Runtime>,
-    mem: &DeviceMemory,
-    dptr: u64,
-    size: u64,
-    register: bool,
-) -> Option<(Arc<Buffer>, usize)> {
-    let s = settings();
-    if s.reg_cache_size == 0 {
-        return None;
-    }
-    let a = gpu::export_align();
-    let alloc_len = mem.size / a * a;
-    let window = s.reg_cache_window.div_ceil(a) * a;
-    if mem.base % a != 0 || alloc_len == 0 || dptr < mem.base {
-        return None;
-    }
-    let (off, len) = window_of(alloc_len, dptr - mem.base, size, window)?;
-    let id = rt.buffer_id(dptr).ok()?;
-    let key = Key::window(rt, mem, off, len);
-    let start = mem.base + off;
-    let hit = |v: Option<Cached>| {
-        v.map(|c| {
-            HITS.fetch_add(1, Ordering::Relaxed);
-            (c.buf, (dptr - start) as usize)
-        })
-    };
-    let stale = match cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .lookup(&key, id)
-    {
-        Lookup::Hit(v) => return hit(v),
-        Lookup::Miss(stale) => stale,
-    };
-    let n = stale.len() as u64;
-    drop(stale);
-    STALE.fetch_add(n, Ordering::Relaxed);
-    if !register {
-        return None;
-    }
-    let _one = reg_lock().lock().unwrap_or_else(|p| p.into_inner());
-    if let Lookup::Hit(v) = cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .lookup(&key, id)
-    {
-        return hit(v);
-    }
-    start_reaper();
-    let idle_since = Instant::now()
-        .checked_sub(REG_CACHE_IDLE)
-        .unwrap_or_else(Instant::now);
-    let Some(out) =
-        cache()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .admit(len, s.reg_cache_size, idle_since)
-    else {
-        FULL.fetch_add(1, Ordering::Relaxed);
-        return None;
-    };
-    let n = out.len() as u64;
-    drop(out); // munmap and UNREG, with no lock held
-    EVICTED.fetch_add(n, Ordering::Relaxed);
-    let value = match Buffer::from_gpu_uncached(rt.clone(), start, len) {
-        Ok(b) if b.is_p2p() => {
-            CACHE_REGS.fetch_add(1, Ordering::Relaxed);
-            Some(Cached {
-                buf: Arc::new(b),
-                rt: rt.clone(),
-            })
+impl Cache {
+    pub(super) fn new() -> Cache {
+        Cache {
+            entries: Mutex::new(RegCache::new(REG_CACHE_ENTRIES)),
+            reg_lock: Mutex::new(()),
+            reaper: Mutex::new(None),
         }
-        _ => None,
-    };
-    let bytes = if value.is_some() { len } else { 0 };
-    let out =
-        cache()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, id, value.clone(), bytes);
-    let n = out.len() as u64;
-    drop(out);
-    EVICTED.fetch_add(n, Ordering::Relaxed);
-    value.map(|c| (c.buf, (dptr - start) as usize))
-}
+    }
 
-/// Drops the cache's registrations of the allocation of `mem`: before a
-/// caller registers that memory itself (a BAR page is in one registration
-/// at a time).
-pub(crate) fn release(rt: &Runtime, mem: &DeviceMemory) {
-    let out = cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove_overlapping(&Key::of(rt, mem));
-    let n = out.len() as u64;
-    drop(out);
-    EVICTED.fetch_add(n, Ordering::Relaxed);
-}
+    fn entries(&self) -> MutexGuard<'_, RegCache<Cached>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
-/// Drops every registration of the cache (those still used by a request
-/// go once it is done).
-pub fn clear() {
-    let out = cache()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|_, _, _| false);
-    let n = out.len() as u64;
-    drop(out);
-    EVICTED.fetch_add(n, Ordering::Relaxed);
+    /// The allocations cached now, and the bytes registered for them.
+    pub(super) fn occupancy(&self) -> (u64, u64) {
+        let c = self.entries();
+        (c.entries.len() as u64, c.bytes)
+    }
+
+    /// Starts the thread that drops the registrations of freed memory, if
+    /// it does not run yet. Called before the cache holds its first.
+    pub(super) fn start_reaper(self: &Arc<Self>) {
+        let mut g = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            return;
+        }
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (cache, told) = (Arc::downgrade(self), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("fgds-regcache".into())
+            .spawn(move || loop {
+                let (m, cv) = &*told;
+                let g = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (g, _) = cv
+                    .wait_timeout_while(g, REG_CACHE_CHECK, |stop| !*stop)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *g {
+                    return;
+                }
+                drop(g);
+                match cache.upgrade() {
+                    Some(c) => c.reap(),
+                    None => return,
+                }
+            });
+        if let Ok(thread) = thread {
+            *g = Some(Reaper { stop, thread });
+        }
+    }
+
+    /// Tells the reaper to stop and waits for it (at most the end of the
+    /// pass it is in).
+    pub(super) fn stop_reaper(&self) {
+        let Some(r) = self.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let (m, cv) = &*r.stop;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        if r.thread.thread().id() != std::thread::current().id() {
+            let _ = r.thread.join();
+        }
+    }
+
+    /// Drops the registrations of freed memory (the allocation's buffer id changed).
+    fn reap(&self) {
+        let dead = self.entries().retain(|k, id, v| match v {
+            Some(c) => c.rt.buffer_id(k.base).is_ok_and(|now| now == id),
+            None => true,
+        });
+        let n = dead.len() as u64;
+        // munmap and UNREG, with no lock held; counted after, so that a caller that
+        // sees the count sees the UNREG done (unless a request still uses it)
+        drop(dead);
+        STALE.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The cached registration of the window of the allocation holding
+    /// `[dptr, dptr + size)` ([`window_of`]) and `dptr`'s offset in it, made if
+    /// there is none and `register` is set (else only one there is already);
+    /// `None` where it cannot be registered (no buffer id, not page aligned,
+    /// the range past its last whole page or across the window's end, refused
+    /// by the driver) or the cache is full of registrations in use.
+    pub(super) fn cached(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        mem: &DeviceMemory,
+        dptr: u64,
+        size: u64,
+        register: bool,
+    ) -> Option<(Arc<Buffer>, usize)> {
+        let s = settings();
+        if s.reg_cache_size == 0 {
+            return None;
+        }
+        let a = gpu::export_align();
+        let alloc_len = mem.size / a * a;
+        let window = s.reg_cache_window.div_ceil(a) * a;
+        if mem.base % a != 0 || alloc_len == 0 || dptr < mem.base {
+            return None;
+        }
+        let (off, len) = window_of(alloc_len, dptr - mem.base, size, window)?;
+        let id = rt.buffer_id(dptr).ok()?;
+        let key = Key::window(rt, mem, off, len);
+        let start = mem.base + off;
+        let hit = |v: Option<Cached>| {
+            v.map(|c| {
+                HITS.fetch_add(1, Ordering::Relaxed);
+                (c.buf, (dptr - start) as usize)
+            })
+        };
+        let stale = match self.entries().lookup(&key, id) {
+            Lookup::Hit(v) => return hit(v),
+            Lookup::Miss(stale) => stale,
+        };
+        let n = stale.len() as u64;
+        drop(stale);
+        STALE.fetch_add(n, Ordering::Relaxed);
+        if !register {
+            return None;
+        }
+        let _one = self.reg_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Lookup::Hit(v) = self.entries().lookup(&key, id) {
+            return hit(v);
+        }
+        self.start_reaper();
+        let idle_since = Instant::now()
+            .checked_sub(REG_CACHE_IDLE)
+            .unwrap_or_else(Instant::now);
+        let Some(out) = self.entries().admit(len, s.reg_cache_size, idle_since) else {
+            FULL.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let n = out.len() as u64;
+        drop(out); // munmap and UNREG, with no lock held
+        EVICTED.fetch_add(n, Ordering::Relaxed);
+        let value = match Buffer::from_gpu_uncached(rt.clone(), start, len) {
+            Ok(b) if b.is_p2p() => {
+                CACHE_REGS.fetch_add(1, Ordering::Relaxed);
+                Some(Cached {
+                    buf: Arc::new(b),
+                    rt: rt.clone(),
+                })
+            }
+            _ => None,
+        };
+        let bytes = if value.is_some() { len } else { 0 };
+        let out = self.entries().insert(key, id, value.clone(), bytes);
+        let n = out.len() as u64;
+        drop(out);
+        EVICTED.fetch_add(n, Ordering::Relaxed);
+        value.map(|c| (c.buf, (dptr - start) as usize))
+    }
+
+    /// Drops the cache's registrations of the allocation of `mem`: before a
+    /// caller registers that memory itself (a BAR page is in one registration
+    /// at a time).
+    pub(super) fn release(&self, rt: &Runtime, mem: &DeviceMemory) {
+        let out = self.entries().remove_overlapping(&Key::of(rt, mem));
+        let n = out.len() as u64;
+        drop(out);
+        EVICTED.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Drops every registration of the cache (those still used by a request
+    /// go once it is done).
+    pub(super) fn clear(&self) {
+        let out = self.entries().retain(|_, _, _| false);
+        let n = out.len() as u64;
+        drop(out);
+        EVICTED.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

@@ -8,14 +8,30 @@ use crate::error::{Error, Result};
 use crate::file::FileHandle;
 use crate::gpu::{DeviceMemory, Kind, Runtime};
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// A staging buffer: device memory of the library, registered once.
+/// A staging buffer: device memory of the library, registered once;
+/// dropped (with its pool, when the runtime that owns the pool goes:
+/// [`super::runtime`]), unregistered, then freed.
 pub(super) struct Slot {
     dptr: u64,
-    buf: Buffer,
+    buf: ManuallyDrop<Buffer>,
+    rt: Arc<Runtime>,
+    mem: DeviceMemory,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and not used after: munmap and UNREG
+        // before the memory goes.
+        unsafe { ManuallyDrop::drop(&mut self.buf) };
+        if let Ok(_cur) = self.rt.make_current(&self.mem) {
+            let _ = self.rt.mem_free(self.dptr);
+        }
+    }
 }
 
 /// How long the pool waits before it tries to grow again after its first
@@ -153,39 +169,42 @@ impl<S> Pool<S> {
     }
 }
 
-/// The pool of the GPU (runtime, context, device) of `mem`.
-fn pool_of(rt: &Runtime, mem: &DeviceMemory) -> Option<Arc<Pool>> {
-    type Pools = Mutex<HashMap<(bool, usize, i32), Arc<Pool>>>;
-    static POOLS: OnceLock<Pools> = OnceLock::new();
-    let s = settings();
-    if s.device_cache_size == 0 {
-        return None;
-    }
-    let key = (rt.kind() == Kind::Cuda, mem.ctx, mem.ordinal);
-    let mut g = POOLS
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    Some(
-        g.entry(key)
-            .or_insert_with(|| {
-                Arc::new(Pool::new(
-                    (s.device_cache_size / s.per_buffer_size).max(1),
-                    s.per_buffer_size,
-                ))
-            })
-            .clone(),
-    )
-}
+/// The staging pools of every GPU, by (runtime, context, device).
+#[derive(Default)]
+pub(super) struct Pools(Mutex<HashMap<(bool, usize, i32), Arc<Pool>>>);
 
-/// A staging buffer of `mem`'s GPU ([`Pool::lease`]).
-pub(super) fn lease(rt: &Arc<Runtime>, mem: &DeviceMemory) -> Result<Lease> {
-    let pool = pool_of(rt, mem).ok_or_else(|| Error::InvalidArgument("no staging pool".into()))?;
-    pool.lease(|size| {
-        let s = new_slot(rt, mem, size)?;
-        POOL_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        Ok(s)
-    })
+impl Pools {
+    /// The pool of the GPU (runtime, context, device) of `mem`.
+    fn pool_of(&self, rt: &Runtime, mem: &DeviceMemory) -> Option<Arc<Pool>> {
+        let s = settings();
+        if s.device_cache_size == 0 {
+            return None;
+        }
+        let key = (rt.kind() == Kind::Cuda, mem.ctx, mem.ordinal);
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            g.entry(key)
+                .or_insert_with(|| {
+                    Arc::new(Pool::new(
+                        (s.device_cache_size / s.per_buffer_size).max(1),
+                        s.per_buffer_size,
+                    ))
+                })
+                .clone(),
+        )
+    }
+
+    /// A staging buffer of `mem`'s GPU ([`Pool::lease`]).
+    pub(super) fn lease(&self, rt: &Arc<Runtime>, mem: &DeviceMemory) -> Result<Lease> {
+        let pool = self
+            .pool_of(rt, mem)
+            .ok_or_else(|| Error::InvalidArgument("no staging pool".into()))?;
+        pool.lease(|size| {
+            let s = new_slot(rt, mem, size)?;
+            POOL_BUFFERS.fetch_add(1, Ordering::Relaxed);
+            Ok(s)
+        })
+    }
 }
 
 fn new_slot(rt: &Arc<Runtime>, mem: &DeviceMemory, size: usize) -> Result<Slot> {
@@ -194,7 +213,12 @@ fn new_slot(rt: &Arc<Runtime>, mem: &DeviceMemory, size: usize) -> Result<Slot> 
         rt.mem_alloc(size)?
     };
     match Buffer::from_gpu_uncached(rt.clone(), dptr, size as u64) {
-        Ok(buf) if buf.is_p2p() => Ok(Slot { dptr, buf }),
+        Ok(buf) if buf.is_p2p() => Ok(Slot {
+            dptr,
+            buf: ManuallyDrop::new(buf),
+            rt: rt.clone(),
+            mem: mem.clone(),
+        }),
         r => {
             let why = match r {
                 Ok(b) => b
@@ -338,6 +362,30 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         drop(held);
         assert_eq!(t.join().ok().flatten(), Some(1));
+    }
+
+    #[test]
+    fn a_dropped_pool_drops_its_staging_buffers() {
+        use std::sync::atomic::AtomicUsize;
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Counted;
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let pool: Arc<Pool<Counted>> = Arc::new(Pool::new(2, 4096));
+        let (a, b) = (pool.lease(|_| Ok(Counted)), pool.lease(|_| Ok(Counted)));
+        assert!(a.is_ok() && b.is_ok());
+        drop(a);
+        drop(pool); // the runtime lets go: a buffer still leased stays
+        assert_eq!(
+            DROPPED.load(Ordering::Relaxed),
+            0,
+            "given back, not dropped"
+        );
+        drop(b); // the last lease: the pool goes, and both buffers with it
+        assert_eq!(DROPPED.load(Ordering::Relaxed), 2);
     }
 
     #[test]
