@@ -179,8 +179,9 @@ int fgds_gpucache_counters(struct fgds_gpucache_counters *out);
 
 /* Drops what the library keeps between calls for GPU memory the caller
  * never registered: stops and joins its registration cache's thread,
- * unregisters the cached registrations, and unregisters and frees the
- * staging buffers. Registered buffers, open handles and batches stay
+ * unregisters the cached registrations, unregisters and frees the
+ * staging buffers, and destroys the copy streams and events of every
+ * thread (a thread that copies again makes new ones). Registered buffers, open handles and batches stay
  * valid; the next call that needs them makes them again, and the counters
  * above go on counting. A call running meanwhile finishes on what it
  * started with, dropped when it is done. Optional: at exit the kernel

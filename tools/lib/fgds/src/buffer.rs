@@ -568,11 +568,12 @@ impl Buffer {
             Memory::Gpu { dptr, rt, mem, .. } => {
                 let _cur = rt.make_current(mem)?;
                 // SAFETY: range checked above; the caller keeps src alive.
-                let s = unsafe { rt.htod_queue(dptr + off as u64, src.as_ptr(), src.len()) }?;
-                Ok(s.map(|stream| QueuedCopy {
+                let s = unsafe { rt.htod_queue_held(dptr + off as u64, src.as_ptr(), src.len()) }?;
+                Ok(s.map(|(stream, held)| QueuedCopy {
                     rt: rt.clone(),
                     ctx: mem.ctx,
                     stream,
+                    _held: held,
                 }))
             }
             _ => self.write_bytes(off, src).map(|()| None),
@@ -653,6 +654,9 @@ pub(crate) struct QueuedCopy {
     /// The memory's context (0: none to make current).
     pub ctx: usize,
     pub stream: usize,
+    /// The stream's generation: a shutdown does not destroy the stream
+    /// before the copy was waited for.
+    pub _held: Arc<crate::gpu::CopyStreams>,
 }
 
 impl QueuedCopy {

@@ -827,8 +827,9 @@ pub unsafe extern "C" fn fgds_gpucache_counters(out: *mut fgds_gpucache_counters
 
 /// Drops what the library keeps between calls for GPU memory the caller
 /// never registered (`fgds::gpucache`'s runtime): stops and joins its
-/// reaper thread, unregisters its cached registrations, and unregisters
-/// and frees its staging buffers. Buffers the caller registered, open handles and batches stay
+/// reaper thread, unregisters its cached registrations, unregisters and
+/// frees its staging buffers, and destroys the threads' copy streams and
+/// events (a thread that copies again makes new ones). Buffers the caller registered, open handles and batches stay
 /// valid; a later call makes a fresh runtime. A call racing with it
 /// finishes on the runtime it started on, dropped once it is done.
 #[no_mangle]

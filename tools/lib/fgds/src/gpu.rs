@@ -11,6 +11,7 @@ mod runtime;
 mod stream;
 
 pub use context::Current;
+pub(crate) use copy::{copy_streams, retire_copy_streams, CopyStreams};
 pub use memory::RANGE_HANDLE_TYPE_DMA_BUF_FD;
 pub use runtime::{DeviceMemory, HostFn, Kind, Runtime};
 pub use stream::STREAM_NON_BLOCKING;

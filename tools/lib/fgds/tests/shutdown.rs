@@ -1,7 +1,8 @@
 //! `fgds_shutdown()`: the library's runtime dropped, and made again by the
 //! next call, which works as before; the counters go on counting. (The
-//! reaper joined and the staging buffers freed: the unit tests of
-//! `src/gpucache/runtime.rs` and `src/gpucache/pool.rs`.)
+//! reaper joined, the staging buffers freed and the copy streams
+//! destroyed: the unit tests of `src/gpucache/runtime.rs`,
+//! `src/gpucache/pool.rs` and `src/gpu/tests.rs`.)
 
 mod common;
 use common::*;

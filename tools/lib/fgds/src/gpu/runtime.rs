@@ -30,16 +30,16 @@ type FnBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
 type FnLaunchHostFunc = unsafe extern "C" fn(*mut c_void, HostFn, *mut c_void) -> c_int;
 type FnWaitValue32 = unsafe extern "C" fn(*mut c_void, u64, u32, c_uint) -> c_int;
-type FnStreamCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
-type FnStream = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(super) type FnStreamCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+pub(super) type FnStream = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> c_int;
 type FnDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
 type FnMemsetAsync = unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> c_int;
 type FnMemset32Async = unsafe extern "C" fn(u64, c_uint, usize, *mut c_void) -> c_int;
 pub(super) type FnCtxGet = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
-type FnEventCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
-type FnEventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
-type FnEvent = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(super) type FnEventCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+pub(super) type FnEventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+pub(super) type FnEvent = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// CUDA's stream entry points (stream-ordered I/O, and the bounce path's own stream).
 pub(super) struct StreamFns {
@@ -58,6 +58,10 @@ pub(super) struct StreamFns {
     /// `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`: the bounce
     /// path's sleeping waits (spinning waits without them).
     pub(super) events: Option<(FnEventCreate, FnEventRecord, FnEvent)>,
+    /// `cuEventDestroy_v2`: the copy events destroyed with their
+    /// generation ([`super::copy::CopyStreams`]); without it they stay to
+    /// the end of the process.
+    pub(super) event_destroy: Option<FnEvent>,
 }
 
 impl StreamFns {
@@ -83,6 +87,7 @@ impl StreamFns {
                 (Ok(c), Ok(r), Ok(w)) => Some((c, r, w)),
                 _ => None,
             },
+            event_destroy: sym(lib, kind, "cuEventDestroy_v2").ok(),
         })
     }
 }

@@ -1,11 +1,13 @@
 //! The library's runtime: one object that owns what the library keeps
 //! between calls for GPU memory the caller never registered, so that
-//! nothing outlives its owner. It holds the staging pools ([`Pools`]) and
-//! the registration cache with its reaper thread ([`Cache`]); it is made on
-//! first use ([`get`]) and dropped by [`shutdown`] (`fgds_shutdown()`),
-//! which stops and joins the reaper,
-//! unregisters the cache's registrations and unregisters and frees the
-//! staging buffers. A later call makes a fresh one.
+//! nothing outlives its owner. It holds the staging pools ([`Pools`]), the
+//! registration cache with its reaper thread ([`Cache`]) and the
+//! generation of the threads' copy streams and events
+//! ([`CopyStreams`]); it is made on first use ([`get`]) and dropped by
+//! [`shutdown`] (`fgds_shutdown()`), which stops and joins the reaper,
+//! unregisters the cache's registrations, unregisters and frees the
+//! staging buffers and destroys the copy streams and events (a thread
+//! that copies again makes new ones). A later call makes a fresh one.
 //!
 //! A call racing with a shutdown holds an `Arc` of the runtime it started
 //! on and finishes on it; that runtime is dropped when the last holder lets
@@ -30,7 +32,7 @@
 
 use super::cache::Cache;
 use super::pool::Pools;
-use crate::gpu::{DeviceMemory, Runtime as Gpu};
+use crate::gpu::{self, CopyStreams, DeviceMemory, Runtime as Gpu};
 use std::sync::{Arc, Mutex};
 
 /// What the library keeps between calls for GPU memory the caller never
@@ -38,6 +40,10 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Runtime {
     pub(super) pools: Pools,
     pub(super) cache: Arc<Cache>,
+    /// The copy streams and events made while it runs (the bounce path's
+    /// and the staging pool's copies): destroyed once it and the copies
+    /// using them are done.
+    _streams: Arc<CopyStreams>,
 }
 
 impl Runtime {
@@ -48,6 +54,7 @@ impl Runtime {
         Runtime {
             pools: Pools::default(),
             cache: Arc::new(Cache::new()),
+            _streams: gpu::copy_streams(),
         }
     }
 }
@@ -84,9 +91,16 @@ pub(crate) fn running() -> Option<Arc<Runtime>> {
 }
 
 /// Drops the runtime: at once if no call holds it, else when the last
-/// such call is done. A later call makes a fresh one.
+/// such call is done; and ends the generation of copy streams (made with
+/// the runtime or, before one was, without). A later call makes a fresh
+/// one of each.
 pub(crate) fn shutdown() {
-    let old = slot().lock().unwrap_or_else(|p| p.into_inner()).take();
+    let old = {
+        let mut g = slot().lock().unwrap_or_else(|p| p.into_inner());
+        // under the lock: a runtime made after this takes a new generation
+        gpu::retire_copy_streams();
+        g.take()
+    };
     drop(old); // with no lock held: the drop joins the reaper
 }
 
