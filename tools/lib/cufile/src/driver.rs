@@ -145,15 +145,38 @@ pub extern "C" fn cuFileDriverClose() -> CUfileError_t {
 }
 
 /// `cuFileDriverClose_v2`: drops one use; handles and buffers stay valid.
+/// The last use dropped ([`last_use_dropped`]), what the library keeps of
+/// its own goes too.
 #[no_mangle]
 pub extern "C" fn cuFileDriverClose_v2() -> CUfileError_t {
     let r = USE_COUNT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
         (n > 0).then(|| n - 1)
     });
     match r {
-        Ok(_) => CUfileError_t::OK,
+        Ok(n) => {
+            if n == 1 {
+                last_use_dropped();
+            }
+            CUfileError_t::OK
+        }
         Err(_) => CUfileError_t::op(CU_FILE_DRIVER_NOT_INITIALIZED),
     }
+}
+
+/// No use is left (cuFile's "release the driver"): `fgds_shutdown()` drops
+/// what libfgds keeps of its own for memory never registered (its
+/// registration cache and the cache's thread, its staging pools, the
+/// threads' copy streams). What the caller made stays valid, as cuFile
+/// keeps it: handles (`cuFileHandleRegister`), buffers
+/// (`cuFileBufRegister`: registrations of the caller's, not the cache's),
+/// batches and streams; a request in flight finishes first; the settings
+/// and statistics stay. The next request makes the library's own again.
+/// At exit, nothing needs it: the kernel frees what is left with the
+/// process.
+fn last_use_dropped() {
+    #[cfg(test)]
+    tests::LAST_USES_DROPPED.fetch_add(1, Ordering::Relaxed);
+    fgds::capi::fgds_shutdown();
 }
 
 /// `cuFileUseCount`.
@@ -288,4 +311,34 @@ pub unsafe extern "C" fn cuFileGetVersion(version: *mut c_int) -> CUfileError_t 
     // SAFETY: checked non-NULL.
     unsafe { version.write(self::version() as c_int) };
     CUfileError_t::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) static LAST_USES_DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+    #[test]
+    fn the_last_close_shuts_the_library_down_and_an_open_starts_it_again() {
+        let dropped = || LAST_USES_DROPPED.load(Ordering::Relaxed);
+        let before = dropped();
+        assert_eq!(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+        assert_eq!(cuFileDriverOpen().err, CU_FILE_SUCCESS);
+        assert_eq!(cuFileDriverClose_v2().err, CU_FILE_SUCCESS);
+        assert_eq!(dropped(), before, "a use is left");
+        assert_eq!(cuFileDriverClose().err, CU_FILE_SUCCESS);
+        assert_eq!(dropped(), before + 1, "the last use");
+        assert_eq!(cuFileUseCount(), 0);
+        assert_eq!(
+            cuFileDriverClose_v2().err,
+            CU_FILE_DRIVER_NOT_INITIALIZED,
+            "no use to drop"
+        );
+        assert_eq!(dropped(), before + 1);
+        assert_eq!(cuFileDriverOpen().err, CU_FILE_SUCCESS, "open again");
+        assert_eq!(cuFileUseCount(), 1);
+        assert_eq!(cuFileDriverClose_v2().err, CU_FILE_SUCCESS);
+        assert_eq!(dropped(), before + 2);
+    }
 }

@@ -363,6 +363,17 @@ static void test_main(const char *dir)
 	CHECK(cuFileBufDeregister(a).err == CU_FILE_SUCCESS, "deregister a");
 	CHECK(cuFileBufDeregister(a).err == CU_FILE_INVALID_VALUE, "deregister a twice");
 	CHECK(cuFileBufDeregister(b).err == CU_FILE_SUCCESS, "deregister b");
+
+	/* The last close drops what the library keeps of its own (registration
+	 * cache, staging pools, copy streams); a handle and a buffer registered
+	 * stay valid through it, and opening again works as the first time. */
+	CHECK(cuFileBufRegister(b, MiB, 0).err == CU_FILE_SUCCESS, "register b again");
+	CHECK(cuFileDriverClose().err == CU_FILE_SUCCESS, "last close");
+	CHECK(cuFileUseCount() == 0, "use count %ld", cuFileUseCount());
+	CHECK(cuFileRead(fh, b, MiB, 0, 0) == (ssize_t)MiB, "read after the last close");
+	CHECK(cuFileDriverOpen().err == CU_FILE_SUCCESS, "open again");
+	CHECK(cuFileRead(fh, b, MiB, 0, 0) == (ssize_t)MiB, "read after opening again");
+	CHECK(cuFileBufDeregister(b).err == CU_FILE_SUCCESS, "deregister b again");
 	cuFileHandleDeregister(fh);
 	close(fd);
 	CHECK(cuFileDriverClose().err == CU_FILE_SUCCESS, "close");

@@ -185,7 +185,8 @@ int fgds_gpucache_counters(struct fgds_gpucache_counters *out);
  * valid; the next call that needs them makes them again, and the counters
  * above go on counting. A call running meanwhile finishes on what it
  * started with, dropped when it is done. Optional: at exit the kernel
- * frees all of it with the process. */
+ * frees all of it with the process. libcufile calls it when
+ * cuFileDriverClose drops the last use. */
 void fgds_shutdown(void);
 
 /* Fallbacks from peer to peer to the bounce path, by cause

@@ -4,7 +4,8 @@
 //! registration cache with its reaper thread ([`Cache`]) and the
 //! generation of the threads' copy streams and events
 //! ([`CopyStreams`]); it is made on first use ([`get`]) and dropped by
-//! [`shutdown`] (`fgds_shutdown()`), which stops and joins the reaper,
+//! [`shutdown`] (`fgds_shutdown()`; libcufile's last `cuFileDriverClose`),
+//! which stops and joins the reaper,
 //! unregisters the cache's registrations, unregisters and frees the
 //! staging buffers and destroys the copy streams and events (a thread
 //! that copies again makes new ones). A later call makes a fresh one.
