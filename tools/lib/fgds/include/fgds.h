@@ -170,7 +170,7 @@ struct fgds_gpucache_counters {
 	uint64_t cache_hits;
 	uint64_t cache_registrations;	/* registrations the cache made */
 	uint64_t cache_stale;		/* dropped: their allocation was freed */
-	uint64_t cache_evicted;		/* dropped: bounds, or a caller's own registration */
+	uint64_t cache_evicted;		/* dropped: bounds, a caller's own registration, fgds_shutdown() */
 	uint64_t cache_entries;		/* registrations cached now */
 	uint64_t cache_bytes;		/* bytes registered in the cache now */
 	uint64_t cache_full;		/* misses not registered: full of registrations in use */

@@ -91,7 +91,7 @@
 //!
 //! # Whose they are
 //!
-//! The pools and the cache belong to the library's runtime ([`runtime`]),
+//! The pools and the cache belong to the library's runtime (`runtime.rs`),
 //! made on the first request that needs them; `fgds_shutdown()` drops it
 //! (the cache's thread stopped and joined, its registrations unregistered,
 //! the staging buffers unregistered and freed) and the next request makes

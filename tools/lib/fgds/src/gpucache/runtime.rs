@@ -19,7 +19,7 @@
 //!   environment ([`crate::env::env`]) and the page size: facts of the
 //!   process that hold nothing to give back (unloading a driver library
 //!   from a running process is not safe);
-//! - [`super::settings`]: the sizes `cufile.json` or `FGDS_*` chose are the
+//! - [`super::settings()`]: the sizes `cufile.json` or `FGDS_*` chose are the
 //!   caller's configuration, set once when libcufile opens (which it does
 //!   not do again after a close), so they apply to the runtime after a
 //!   shutdown too;

@@ -109,7 +109,8 @@ impl Route {
     }
 }
 
-/// What the pool and the cache did, since the process started.
+/// What the pool and the cache did, since the process started (a
+/// shutdown of the runtime that owns them does not start them over).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Requests through the staging pool.
@@ -136,7 +137,8 @@ pub struct Counters {
     /// Registrations it dropped because their allocation was freed (its buffer id changed),
     /// counted once dropped (munmap and UNREG done unless a request still used one).
     pub cache_stale: u64,
-    /// Registrations it dropped to stay within its bounds, or for a caller's own.
+    /// Registrations it dropped to stay within its bounds, for a caller's
+    /// own, or when emptied ([`clear`](crate::gpucache::clear), `fgds_shutdown()`).
     pub cache_evicted: u64,
     /// Misses it did not register because it was full of registrations in
     /// use ([`REG_CACHE_IDLE`]).
