@@ -371,6 +371,32 @@ def write_file(path, nbytes):
         os.fsync(f.fileno())
 
 
+def file_options(ap):
+    """The options of a script on the GPU machine that reads the suite's
+    file: --dir (where it lies), --file-gib and --json (where the rows go)."""
+    ap.add_argument("--dir", default="/root/gpu-suite")
+    ap.add_argument("--file-gib", type=int, default=4)
+    ap.add_argument("--json", default=None)
+
+
+def bench_file(d, gib):
+    """The file of `gib` GiB in `d` that the file rows read (written where
+    it is missing or of another size): its path and size."""
+    n = gib << 30
+    path = os.path.join(d, "file.bin")
+    if not os.path.exists(path) or os.path.getsize(path) != n:
+        write_file(path, n)
+    return path, n
+
+
+def kvikio_threads(threads):
+    """KvikIO's thread pool of `threads` threads for a `with` block (None:
+    as it is)."""
+    import kvikio.defaults
+
+    return kvikio.defaults.set({"num_threads": threads}) if threads else contextlib.nullcontext()
+
+
 def pool_read(path, nbytes, threads=16, chunk=8 << 20, direct=True):
     """Parallel preads into host memory: with O_DIRECT, what the disk gives;
     without, what the page cache gives."""
@@ -427,10 +453,7 @@ def part_file(s, d):
     import torch
     import fgds
 
-    n = s.args.file_gib << 30
-    path = os.path.join(d, "file.bin")
-    if not os.path.exists(path) or os.path.getsize(path) != n:
-        write_file(path, n)
+    path, n = bench_file(d, s.args.file_gib)
     with open(path, "rb") as f:
         ref = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).cuda()
     host = fgds.Buffer.alloc(n)  # page-aligned host memory: fgds's O_DIRECT path
@@ -498,16 +521,10 @@ def part_file(s, d):
 
     def kvikio_read(threads=None):
         import kvikio
-        import kvikio.defaults
 
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
-        if threads:
-            with kvikio.defaults.set({"num_threads": threads}):
-                with kvikio.CuFile(path, "r") as f:
-                    f.pread(t).get()
-        else:
-            with kvikio.CuFile(path, "r") as f:
-                f.pread(t).get()
+        with kvikio_threads(threads), kvikio.CuFile(path, "r") as f:
+            f.pread(t).get()
         return t
 
     def torch_gds():
@@ -580,15 +597,9 @@ def part_file(s, d):
 
     def kvikio_write(threads=None):
         import kvikio
-        import kvikio.defaults
 
-        if threads:
-            with kvikio.defaults.set({"num_threads": threads}):
-                with kvikio.CuFile(wpath, "w") as f:
-                    f.pwrite(src).get()
-        else:
-            with kvikio.CuFile(wpath, "w") as f:
-                f.pwrite(src).get()
+        with kvikio_threads(threads), kvikio.CuFile(wpath, "w") as f:
+            f.pwrite(src).get()
 
     def written(_):
         with open(wpath, "rb") as f:

@@ -38,9 +38,7 @@ M = 1 << 20
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dir", default="/root/gpu-suite")
-    ap.add_argument("--file-gib", type=int, default=4)
-    ap.add_argument("--json", default=None)
+    gs.file_options(ap)
     ap.add_argument("--budget-s", type=float, default=200, help="stop starting new rows after this")
     ap.add_argument("--only", default="grid", choices=("grid", "bounce"))
     a = ap.parse_args()
@@ -49,10 +47,7 @@ def main():
 
     t_start = time.time()
     os.makedirs(a.dir, exist_ok=True)
-    n = a.file_gib << 30
-    path = os.path.join(a.dir, "file.bin")
-    if not os.path.exists(path) or os.path.getsize(path) != n:
-        gs.write_file(path, n)
+    path, n = gs.bench_file(a.dir, a.file_gib)
     can_drop = gs.drop_caches()
     rows = []
     dev = torch.empty(n, dtype=torch.uint8, device="cuda")

@@ -24,14 +24,11 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("gpu_suite", os.path.join(_here, "gpu-suite.py"))
 gs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gs)
-M = 1 << 20
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dir", default="/root/gpu-suite")
-    ap.add_argument("--file-gib", type=int, default=4)
-    ap.add_argument("--json", default=None)
+    gs.file_options(ap)
     ap.add_argument("--parts", default="big,small,write", help="which of big, small, write to run")
     a = ap.parse_args()
     parts = a.parts.split(",")
@@ -39,10 +36,7 @@ def main():
     import fgds
 
     os.makedirs(a.dir, exist_ok=True)
-    n = a.file_gib << 30
-    path = os.path.join(a.dir, "file.bin")
-    if not os.path.exists(path) or os.path.getsize(path) != n:
-        gs.write_file(path, n)
+    path, n = gs.bench_file(a.dir, a.file_gib)
     gs.warm(path)
     with open(path, "rb") as f:
         ref = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).cuda()
@@ -56,7 +50,7 @@ def main():
                 t0 = time.perf_counter()
                 out = fn()
                 torch.cuda.synchronize()
-                rates.append(nbytes / (time.perf_counter() - t0) / M)
+                rates.append(nbytes / (time.perf_counter() - t0) / (1 << 20))
                 if i == 0:
                     ok = bool(check(out))
             d = dict(kind=kind, api=api, bytes=nbytes, mib_per_s=statistics.median(rates),
