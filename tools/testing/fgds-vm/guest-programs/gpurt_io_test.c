@@ -27,6 +27,7 @@
 #include "fgds_pattern.h"
 #include "fgds_test.h"
 #include "guest_test.h"
+#include "fgds_guest.h"
 
 #define SZ_1M (1024 * 1024UL)
 /* Larger than the library's split size (16 MiB): one call on several threads. */
@@ -309,16 +310,7 @@ TEST_F_TIMEOUT(gpu, batch_both_ways, 300)
 	int h = open_handle(self->path, 0);
 
 	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
-	for (int i = 0; i < 8; i++) {
-		memset(&p[i], 0, sizeof(p[i]));
-		p[i].handle = h;
-		p[i].opcode = FGDS_OP_READ;
-		p[i].cookie = i;
-		p[i].file_offset = (7 - i) * SZ_1M;
-		p[i].base = self->base;
-		p[i].buf_offset = i * SZ_1M;
-		p[i].size = SZ_1M;
-	}
+	fgds_guest_reversed_reads(p, h, self->base);
 	run_batch(_metadata, h, p, 8);
 	for (int i = 0; i < 8; i++)
 		host_check(_metadata, self, SEED, i * SZ_1M, SZ_1M, (7 - i) * SZ_1M);

@@ -21,6 +21,7 @@
 #include "fgds_test.h"
 #include "fgds_vfio.h"
 #include "guest_test.h"
+#include "fgds_guest.h"
 
 #define SZ_1M (1024 * 1024UL)
 #define BAR_OFF (448 * SZ_1M)
@@ -108,16 +109,7 @@ TEST_F_TIMEOUT(lib, readv_and_batch, 300)
 
 	batch = fgds_batch_create(8);
 	ASSERT_LT(0, batch);
-	for (int i = 0; i < 8; i++) {
-		memset(&p[i], 0, sizeof(p[i]));
-		p[i].handle = h;
-		p[i].opcode = FGDS_OP_READ;
-		p[i].cookie = i;
-		p[i].file_offset = (7 - i) * SZ_1M;
-		p[i].base = self->base;
-		p[i].buf_offset = i * SZ_1M;
-		p[i].size = SZ_1M;
-	}
+	fgds_guest_reversed_reads(p, h, self->base);
 	ASSERT_EQ(0, fgds_batch_submit(batch, p, 8));
 	while (got < 8) {
 		int n = fgds_batch_wait(batch, 1, 8 - got, ev + got, 30000);
