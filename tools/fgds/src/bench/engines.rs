@@ -58,13 +58,18 @@ pub(super) fn progress(a: &BenchArgs, label: &str) -> indicatif::ProgressBar {
     pb
 }
 
-pub(super) fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
-    let f = Arc::new(FileHandle::open(
+/// The file through the library, for the engines that use it.
+fn open_library(a: &BenchArgs) -> Result<Arc<FileHandle>, fgds::Error> {
+    Ok(Arc::new(FileHandle::open(
         &a.file,
         open_flags(a),
         0o644,
         engine_config(a),
-    )?);
+    )?))
+}
+
+pub(super) fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
+    let f = open_library(a)?;
     let bufs = (0..a.threads)
         .map(|_| make_buffer(a.mem, a.bs))
         .collect::<Result<Vec<_>, _>>()?;
@@ -99,16 +104,8 @@ pub(super) fn run_fgds(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         join_all(hs)
     });
     let bytes = r?;
-    clock.stop(
-        &pb,
-        Measured {
-            bytes,
-            lat_ns: lat_ns.load(Ordering::Relaxed),
-            lat_count: ops.load(Ordering::Relaxed),
-            stats: Some(f.stats()),
-            ..Measured::default()
-        },
-    )
+    let (lat_ns, lat_count) = (lat_ns.load(Ordering::Relaxed), ops.load(Ordering::Relaxed));
+    clock.stop(&pb, bytes, lat_ns, lat_count, Some(f.stats()))
 }
 
 /// The requests one thread keeps in flight (fgds-batch, io_uring-loop):
@@ -176,12 +173,7 @@ pub(super) fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
             Batch::MAX_CAPACITY
         )));
     }
-    let f = Arc::new(FileHandle::open(
-        &a.file,
-        open_flags(a),
-        0o644,
-        engine_config(a),
-    )?);
+    let f = open_library(a)?;
     let req = g.req as usize;
     let buf = Arc::new(make_buffer(a.mem, g.req * q as u64)?);
     let op = match a.rw {
@@ -227,16 +219,7 @@ pub(super) fn run_batch(a: &BenchArgs) -> Result<Measured, fgds::Error> {
             pb.inc(ev.result as u64);
         }
     }
-    clock.stop(
-        &pb,
-        Measured {
-            bytes: fl.bytes,
-            lat_ns: fl.lat_ns,
-            lat_count: fl.done,
-            stats: Some(f.stats()),
-            ..Measured::default()
-        },
-    )
+    clock.stop(&pb, fl.bytes, fl.lat_ns, fl.done, Some(f.stats()))
 }
 
 /// The file with O_DIRECT, for the engines that bypass the library.
@@ -305,16 +288,7 @@ pub(super) fn run_baseline(a: &BenchArgs) -> Result<Measured, fgds::Error> {
         join_all(hs)
     });
     let bytes = r?;
-    clock.stop(
-        &pb,
-        Measured {
-            bytes,
-            lat_ns: lat_ns.load(Ordering::Relaxed),
-            lat_count: total_ops,
-            stats: None,
-            ..Measured::default()
-        },
-    )
+    clock.stop(&pb, bytes, lat_ns.load(Ordering::Relaxed), total_ops, None)
 }
 
 /// The error of a failed io_uring call of the bare loop.
@@ -418,16 +392,7 @@ pub(super) fn run_uring(a: &BenchArgs) -> Result<Measured, fgds::Error> {
     if let Some(e) = err {
         return Err(e);
     }
-    clock.stop(
-        &pb,
-        Measured {
-            bytes: fl.bytes,
-            lat_ns: fl.lat_ns,
-            lat_count: fl.done,
-            stats: None,
-            ..Measured::default()
-        },
-    )
+    clock.stop(&pb, fl.bytes, fl.lat_ns, fl.done, None)
 }
 
 /// The wall clock and CPU time of one engine run, from its start.
@@ -445,13 +410,29 @@ impl Clock {
         })
     }
 
-    /// Stops the clock and clears `pb`: `m` (bytes, latency, counters)
-    /// with the run's seconds and CPU time.
-    fn stop(self, pb: &indicatif::ProgressBar, m: Measured) -> Result<Measured, fgds::Error> {
+    /// Stops the clock and clears `pb`: the run's `bytes`, the latency
+    /// summed over its `lat_count` requests and the library's counters
+    /// (`stats`, fgds rows), with its seconds and CPU time.
+    fn stop(
+        self,
+        pb: &indicatif::ProgressBar,
+        bytes: u64,
+        lat_ns: u64,
+        lat_count: u64,
+        stats: Option<fgds::Stats>,
+    ) -> Result<Measured, fgds::Error> {
         let secs = self.t0.elapsed().as_secs_f64();
         let cpu = Cpu::now(libc::RUSAGE_SELF)?.since(self.cpu0);
         pb.finish_and_clear();
-        Ok(Measured { secs, cpu, ..m })
+        Ok(Measured {
+            bytes,
+            secs,
+            lat_ns,
+            lat_count,
+            cpu,
+            stats,
+            ..Measured::default()
+        })
     }
 }
 
