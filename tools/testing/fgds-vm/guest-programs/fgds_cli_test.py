@@ -29,9 +29,8 @@ import json
 import os
 import subprocess
 import sys
-import traceback
 
-from guest_util import Fail, expect, host_req, pattern
+from guest_util import expect, host_req, pattern, tap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FGDS = os.environ.get("FGDS_CLI") or os.path.join(HERE, "fgds")
@@ -141,6 +140,16 @@ def host_checks(r):
     return bad
 
 
+def expect_p2p_steps_pass(r):
+    """validate's report r: every step of a run on P2P memory passed, none failed."""
+    steps = {s["name"]: s for s in r["steps"]}
+    for n in ["check", "register", "p2p read pread", "p2p read preadv", "p2p read io_uring",
+              "p2p read engine", "p2p write (pwrite, pwritev, io_uring, engine)",
+              "teardown with reads in flight"]:
+        expect(n in steps and steps[n]["status"] == "pass", f"step {n}: {steps.get(n)}")
+    expect(not any(s["status"] == "fail" for s in r["steps"]), r["steps"])
+
+
 def test_validate_p2p_pair_verified_and_checked_from_the_host(e):
     d = e["FGDS_EXT4"]
     out_json = "/tmp/fgds-validate.json"
@@ -157,12 +166,7 @@ def test_validate_p2p_pair_verified_and_checked_from_the_host(e):
         expect(r["format"] == "fgds-validate/1" and r["verdict"] == "p2p-verified" and
                r["exit_code"] == 0 and r["seed"] == 4242, f"{r['verdict']}")
         expect("- verdict: **p2p-verified** (exit 0)" in md, md)
-        steps = {s["name"]: s for s in r["steps"]}
-        for n in ["check", "register", "p2p read pread", "p2p read preadv", "p2p read io_uring",
-                  "p2p read engine", "p2p write (pwrite, pwritev, io_uring, engine)",
-                  "teardown with reads in flight"]:
-            expect(n in steps and steps[n]["status"] == "pass", f"step {n}: {steps.get(n)}")
-        expect(not any(s["status"] == "fail" for s in r["steps"]), r["steps"])
+        expect_p2p_steps_pass(r)
         expect(not r["blockers"], r["blockers"])
         g = r["gpus"][0]
         expect(g["source"] == "vfio" and g["pci_address"] == e["FGDS_GPU_BDF"] and
@@ -204,12 +208,7 @@ def test_validate_cuda_device_p2p_verified_and_checked_from_the_host(e):
         expect(rc == 0, f"validate exit {rc}, want 0\n{out}\n{err}")
         r = json.loads(out)
         expect(r["verdict"] == "p2p-verified" and r["exit_code"] == 0, r["verdict"])
-        steps = {s["name"]: s for s in r["steps"]}
-        for n in ["check", "register", "p2p read pread", "p2p read preadv", "p2p read io_uring",
-                  "p2p read engine", "p2p write (pwrite, pwritev, io_uring, engine)",
-                  "teardown with reads in flight"]:
-            expect(n in steps and steps[n]["status"] == "pass", f"step {n}: {steps.get(n)}")
-        expect(not any(s["status"] == "fail" for s in r["steps"]), r["steps"])
+        expect_p2p_steps_pass(r)
         expect(len(r["gpus"]) == 1, r["gpus"])
         g = r["gpus"][0]
         expect(g["source"] == "cuda" and g["pci_address"] == e["FGDS_GPU_BDF"] and
@@ -295,16 +294,7 @@ def main():
         if skip:
             print(f"ok {i} {name} # SKIP {skip}")
             continue
-        try:
-            t(e)
-            print(f"ok {i} {name}")
-        except Exception as ex:  # a failure of any kind fails the test, with its story
-            failed += 1
-            print(f"not ok {i} {name}")
-            msg = str(ex) if isinstance(ex, Fail) else traceback.format_exc()
-            for line in msg.splitlines():
-                print(f"# {line}")
-        sys.stdout.flush()
+        failed += tap(i, name, lambda: t(e))
     return 1 if failed else 0
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 
-from guest_util import Fail, expect, host_req, pattern
+from guest_util import Fail, expect, host_req, pattern, tap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_DIR = os.path.join(HERE, "gpurt", "cuda")
@@ -500,16 +500,7 @@ def main():
         return failed
     for i, t in enumerate(TESTS, 2):
         name = t.__name__[len("test_"):]
-        try:
-            t(e, cu, dptr, path)
-            print(f"ok {i} {name}")
-        except Exception as ex:  # a failure of any kind fails the test, with its story
-            failed += 1
-            print(f"not ok {i} {name}")
-            msg = str(ex) if isinstance(ex, Fail) else traceback.format_exc()
-            for line in msg.splitlines():
-                print(f"# {line}")
-        sys.stdout.flush()
+        failed += tap(i, name, lambda: t(e, cu, dptr, path))
     head, _, rest = pressure_result.partition("\n")
     print(f"{head} {len(TESTS) + 2} cache_bounds_hold_under_pressure")
     if rest:

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
 """What the Python guest programs share (fgds_cli_test, fgds_python_gpurt_test):
 the host checker's protocol (fgds_host.h's), the pattern streams
-(fgds_pattern.h's) and the verdict of a test. Installed next to them."""
+(fgds_pattern.h's), the verdict of a test and its TAP line. Installed next
+to them."""
 
 import os
+import sys
 import time
+import traceback
 
 HOST_DIR = "/fgds/out"
 M64 = (1 << 64) - 1
@@ -17,6 +20,23 @@ class Fail(Exception):
 def expect(cond, what):
     if not cond:
         raise Fail(what)
+
+
+def tap(i, name, test):
+    """Runs test() as TAP test i: `ok`, else `not ok` with its story (a Fail's
+    message, another exception's traceback) as comments. 1 if it failed, else 0."""
+    failed = 0
+    try:
+        test()
+        print(f"ok {i} {name}")
+    except Exception as ex:  # a failure of any kind fails the test, with its story
+        failed = 1
+        print(f"not ok {i} {name}")
+        msg = str(ex) if isinstance(ex, Fail) else traceback.format_exc()
+        for line in msg.splitlines():
+            print(f"# {line}")
+    sys.stdout.flush()
+    return failed
 
 
 def pattern(seed, length):
