@@ -3,6 +3,8 @@
 //! `libcufile.so.0` and runs it on host memory in `/var/tmp` (O_DIRECT on
 //! ext4), every byte checked by the program.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -53,11 +55,7 @@ fn build_with(cflags: &[&str]) -> Program {
         .arg("-l:libcufile.so.0")
         .output()
         .expect("gcc (apt-get install gcc)");
-    assert!(
-        out.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out, "gcc failed");
     let base = if Path::new("/var/tmp").is_dir() {
         "/var/tmp"
     } else {
@@ -76,6 +74,21 @@ fn build_with(cflags: &[&str]) -> Program {
 }
 
 impl Program {
+    /// Writes the settings file the program reads (`none.json`, which
+    /// `CUFILE_ENV_PATH_JSON` names unless `run` is given another).
+    fn settings(&self, json: &str) {
+        std::fs::write(self.data.path().join("none.json"), json).expect("write json");
+    }
+
+    /// `run`, which must succeed with the program's `ok ` line.
+    fn run_ok(&self, mode: &str, env: &[(&str, &str)]) -> Output {
+        let o = self.run(mode, env);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+        o
+    }
+
     fn run(&self, mode: &str, env: &[(&str, &str)]) -> Output {
         let mut c = Command::new(&self.bin);
         c.arg(self.data.path()).arg(mode);
@@ -111,11 +124,9 @@ fn no_fgds_node() -> bool {
 fn cufile_program_reads_writes_batches_and_errors() {
     let p = build();
     // An empty settings file is valid JSON with nothing in it: defaults.
-    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
-    let o = p.run("main", &[]);
+    p.settings("{}");
+    let o = p.run_ok("main", &[]);
     let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
     let err = String::from_utf8_lossy(&o.stderr);
     if no_fgds_node() {
         // The fallback is visible: what runs, at start, and the first
@@ -139,11 +150,8 @@ fn cufile_program_reads_writes_batches_and_errors() {
 #[test]
 fn cufile_1_20_functions() {
     let p = build();
-    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
-    let o = p.run("v120", &[("FGDS_LOG", "off")]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+    p.settings("{}");
+    p.run_ok("v120", &[("FGDS_LOG", "off")]);
 }
 
 /// The library's settings module: its spellings work here too
@@ -152,7 +160,7 @@ fn cufile_1_20_functions() {
 #[test]
 fn fgds_settings_are_the_librarys() {
     let p = build();
-    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    p.settings("{}");
     let o = p.run(
         "main",
         &[
@@ -191,17 +199,13 @@ fn strict_turns_the_fallback_into_an_error() {
         return;
     }
     let p = build();
-    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
+    p.settings("{}");
     let o = p.run("strict", &[("FGDS_STRICT", "1")]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("strict"), "{t}");
     // The same through cufile.json's key.
-    std::fs::write(
-        p.data.path().join("none.json"),
-        r#"{ "properties": { "allow_compat_mode": false } }"#,
-    )
-    .expect("write json");
+    p.settings(r#"{ "properties": { "allow_compat_mode": false } }"#);
     let o = p.run("strict", &[]);
     assert!(o.status.success(), "{}", text(&o));
 }
@@ -251,25 +255,15 @@ fn cufile_json_keys_change_behaviour() {
 #[test]
 fn parameter_api_stages_applies_and_refuses() {
     let p = build();
-    std::fs::write(p.data.path().join("none.json"), "{}").expect("write json");
-    let o = p.run("params", &[]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+    p.settings("{}");
+    p.run_ok("params", &[]);
 }
 
 #[test]
 fn statistics_count_what_the_library_served() {
     let p = build();
-    std::fs::write(
-        p.data.path().join("none.json"),
-        r#"{ "profile": { "cufile_stats": 2 } }"#,
-    )
-    .expect("write json");
-    let o = p.run("stats", &[]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok "), "{t}");
+    p.settings(r#"{ "profile": { "cufile_stats": 2 } }"#);
+    p.run_ok("stats", &[]);
 }
 
 /// cuFile's soname, and not libfgds's (a dependency's cdylib link arguments
@@ -293,11 +287,7 @@ fn soname_is_cufiles() {
 #[test]
 fn statistics_in_the_layout_of_the_version_presented() {
     let p = build_with(&["-DFGDS_CUFILE_VERSION=1180"]);
-    std::fs::write(
-        p.data.path().join("none.json"),
-        r#"{ "profile": { "cufile_stats": 2 } }"#,
-    )
-    .expect("write json");
+    p.settings(r#"{ "profile": { "cufile_stats": 2 } }"#);
     let v118 = [("FGDS_CUFILE_VERSION", "1.18"), ("FGDS_LOG", "off")];
     for mode in ["stats", "v120"] {
         let o = p.run(mode, &v118);

@@ -8,6 +8,8 @@
 //! never committed; `FGDS_KVIKIO_HEADERS=DIR` takes them from
 //! DIR/<package>==<version>/ instead.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,10 +25,9 @@ fn fetch(dest: &Path, spec: &str, prefix: &str) {
         .args([spec, prefix])
         .output()
         .expect("python3 (for pip download)");
-    assert!(
-        out.status.success(),
-        "downloading {spec} failed (no PyPI? set FGDS_KVIKIO_HEADERS=DIR):\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::assert_success(
+        &out,
+        &format!("downloading {spec} failed (no PyPI? set FGDS_KVIKIO_HEADERS=DIR)"),
     );
 }
 
@@ -79,9 +80,8 @@ fn kvikio_compiles_against_fgds_cufile_h() {
         .arg(&src)
         .output()
         .expect("g++ (apt-get install g++)");
-    assert!(
-        out.status.success(),
-        "KvikIO's headers do not compile against fgds's cufile.h:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::assert_success(
+        &out,
+        "KvikIO's headers do not compile against fgds's cufile.h",
     );
 }

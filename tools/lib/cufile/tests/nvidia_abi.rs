@@ -21,6 +21,8 @@
 //! `FGDS_NVIDIA_CUFILE_HEADERS=DIR` takes the headers from DIR/<version>/
 //! instead (a machine without PyPI); a version missing there is an error.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,11 +53,10 @@ fn headers() -> PathBuf {
         .args(VERSIONS)
         .output()
         .expect("python3 (for pip download of NVIDIA's cufile.h)");
-    assert!(
-        out.status.success(),
+    common::assert_success(
+        &out,
         "downloading NVIDIA's cufile.h failed (no PyPI? set FGDS_NVIDIA_CUFILE_HEADERS=DIR \
-         with DIR/<version>/cufile.h):\n{}",
-        String::from_utf8_lossy(&out.stderr)
+         with DIR/<version>/cufile.h)",
     );
     dest
 }
@@ -342,11 +343,7 @@ fn values(
         .arg(&bin)
         .output()
         .expect("gcc (apt-get install gcc)");
-    assert!(
-        out.status.success(),
-        "{name}: gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out, &format!("{name}: gcc failed"));
     let out = Command::new(&bin).output().unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
