@@ -134,38 +134,40 @@ static void host_fill(struct __test_metadata *_metadata, FIXTURE_DATA(gpu) *self
 	guest_host_fill(_metadata, seed, self->bar_off + buf_off, len);
 }
 
-TEST_F_TIMEOUT(gpu, pread_backend_both_ways, 300)
+/*
+ * One handle (opened with @flags) both ways, @len bytes each: a read from
+ * @rd_pos of the file into @rd_off of the memory, which the host checks; a
+ * write from @wr_off of it, which the host fills with stream @fill first, to
+ * @wr_pos of the file, read back; every byte the direct way.
+ */
+static void both_ways(struct __test_metadata *_metadata, FIXTURE_DATA(gpu) *self,
+		      unsigned int flags, size_t len, off_t rd_pos, off_t rd_off, uint64_t fill,
+		      off_t wr_off, off_t wr_pos)
 {
-	const size_t len = 8 * SZ_1M;
-	int h = open_handle(self->path, FGDS_CONFIG_NO_IO_URING);
+	int h = open_handle(self->path, flags);
 
 	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
-	ASSERT_EQ((ssize_t)len, fgds_read(h, self->base, len, SZ_1M, 4 * SZ_1M))
+	ASSERT_EQ((ssize_t)len, fgds_read(h, self->base, len, rd_pos, rd_off))
 		TH_LOG("%s", fgds_last_error());
-	host_check(_metadata, self, SEED, 4 * SZ_1M, len, SZ_1M);
-	host_fill(_metadata, self, 0x41, 0, len);
-	ASSERT_EQ((ssize_t)len, fgds_write(h, self->base, len, LEN, 0))
+	host_check(_metadata, self, SEED, rd_off, len, rd_pos);
+	host_fill(_metadata, self, fill, wr_off, len);
+	ASSERT_EQ((ssize_t)len, fgds_write(h, self->base, len, wr_pos, wr_off))
 		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN, len, 0x41, 0));
+	EXPECT_EQ(-1, guest_file_cmp(self->path, wr_pos, len, fill, 0));
 	all_direct(_metadata, h, 2 * len);
 	fgds_close(h);
 }
 
+TEST_F_TIMEOUT(gpu, pread_backend_both_ways, 300)
+{
+	both_ways(_metadata, self, FGDS_CONFIG_NO_IO_URING, 8 * SZ_1M, SZ_1M, 4 * SZ_1M, 0x41, 0,
+		  LEN);
+}
+
 TEST_F_TIMEOUT(gpu, io_uring_both_ways, 300)
 {
-	const size_t len = 8 * SZ_1M;
-	int h = open_handle(self->path, 0);
-
-	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
-	ASSERT_EQ((ssize_t)len, fgds_read(h, self->base, len, 3 * SZ_1M, 8 * SZ_1M))
-		TH_LOG("%s", fgds_last_error());
-	host_check(_metadata, self, SEED, 8 * SZ_1M, len, 3 * SZ_1M);
-	host_fill(_metadata, self, 0x42, 16 * SZ_1M, len);
-	ASSERT_EQ((ssize_t)len, fgds_write(h, self->base, len, LEN + SZ_1M, 16 * SZ_1M))
-		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN + SZ_1M, len, 0x42, 0));
-	all_direct(_metadata, h, 2 * len);
-	fgds_close(h);
+	both_ways(_metadata, self, 0, 8 * SZ_1M, 3 * SZ_1M, 8 * SZ_1M, 0x42, 16 * SZ_1M,
+		  LEN + SZ_1M);
 }
 
 TEST_F_TIMEOUT(gpu, vectored_both_ways, 300)
@@ -198,18 +200,7 @@ TEST_F_TIMEOUT(gpu, vectored_both_ways, 300)
 
 TEST_F_TIMEOUT(gpu, one_call_larger_than_the_split_size, 600)
 {
-	int h = open_handle(self->path, 0);
-
-	ASSERT_LT(0, h) TH_LOG("open: %s", fgds_last_error());
-	ASSERT_EQ((ssize_t)LEN, fgds_read(h, self->base, LEN, 0, 0))
-		TH_LOG("%s", fgds_last_error());
-	host_check(_metadata, self, SEED, 0, LEN, 0);
-	host_fill(_metadata, self, 0x47, 0, LEN);
-	ASSERT_EQ((ssize_t)LEN, fgds_write(h, self->base, LEN, LEN, 0))
-		TH_LOG("%s", fgds_last_error());
-	EXPECT_EQ(-1, guest_file_cmp(self->path, LEN, LEN, 0x47, 0));
-	all_direct(_metadata, h, 2 * LEN);
-	fgds_close(h);
+	both_ways(_metadata, self, 0, LEN, 0, 0, 0x47, 0, LEN);
 }
 
 static void run_batch(struct __test_metadata *_metadata, int h, struct fgds_io_params *p, int n)
