@@ -1,18 +1,31 @@
-use std::process::Command;
+mod common;
 
-fn fgds() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fgds"))
+use common::{fgds, no_fgds_nodes};
+use std::process::Output;
+
+/// `fgds ARGS`, run to its end.
+fn run(args: &[&str]) -> Output {
+    fgds().args(args).output().unwrap()
+}
+
+/// The run succeeded; else its stderr is the failure.
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn list_without_module() {
-    let out = fgds().arg("list").output().unwrap();
+    let out = run(&["list"]);
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
     if !std::path::Path::new("/sys/module/fgds").exists() {
         assert!(s.contains("the fgds module is not loaded"), "{s}");
     }
-    let out = fgds().args(["list", "--json"]).output().unwrap();
+    let out = run(&["list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["devices"].is_array());
 }
@@ -22,27 +35,15 @@ fn check_temp_file() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = d.path().join("f");
     std::fs::write(&p, vec![1u8; 8192]).unwrap();
-    let out = fgds()
-        .args(["check", p.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", p.to_str().unwrap()]);
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("O_DIRECT: yes"), "{s}");
     assert!(s.contains("verdict:"), "{s}");
-    if std::fs::read_dir("/sys/class/misc")
-        .map(|r| {
-            r.flatten()
-                .all(|e| !e.file_name().to_string_lossy().starts_with("fgds"))
-        })
-        .unwrap_or(true)
-    {
+    if no_fgds_nodes() {
         assert_eq!(out.status.code(), Some(1));
         assert!(s.contains("P2P I/O cannot work"), "{s}");
     }
-    let out = fgds()
-        .args(["check", "--json", p.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", "--json", p.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["file"]["o_direct"], true);
     assert!(v["file"]["block_device"].is_string());
@@ -50,17 +51,14 @@ fn check_temp_file() {
     let t = tempfile::tempdir_in("/dev/shm").unwrap();
     let q = t.path().join("g");
     std::fs::write(&q, b"x").unwrap();
-    let out = fgds()
-        .args(["check", q.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", q.to_str().unwrap()]);
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("not on a block device"), "{s}");
 }
 
 /// The JSON a run printed; it must have succeeded (else its stderr, after
 /// `what`, is the failure).
-fn json_of(out: &std::process::Output, what: &str) -> serde_json::Value {
+fn json_of(out: &Output, what: &str) -> serde_json::Value {
     assert!(
         out.status.success(),
         "{what}: {}",
@@ -76,35 +74,32 @@ fn bench_uring_loop_next_to_batch() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = d.path().join("u");
     for rw in ["read", "write"] {
-        let out = fgds()
-            .args([
-                "bench",
-                "-f",
-                p.to_str().unwrap(),
-                "--rw",
-                rw,
-                "--pattern",
-                "rand",
-                "--file-size",
-                "4M",
-                "-s",
-                "1M",
-                "-b",
-                "4K",
-                "--chunk",
-                "4K",
-                "-q",
-                "1",
-                "-t",
-                "4",
-                "--batch",
-                "--uring",
-                "--repeat",
-                "2",
-                "--json",
-            ])
-            .output()
-            .unwrap();
+        let out = run(&[
+            "bench",
+            "-f",
+            p.to_str().unwrap(),
+            "--rw",
+            rw,
+            "--pattern",
+            "rand",
+            "--file-size",
+            "4M",
+            "-s",
+            "1M",
+            "-b",
+            "4K",
+            "--chunk",
+            "4K",
+            "-q",
+            "1",
+            "-t",
+            "4",
+            "--batch",
+            "--uring",
+            "--repeat",
+            "2",
+            "--json",
+        ]);
         let v = json_of(&out, rw);
         assert_eq!(v["in_flight"], 4, "{rw}");
         let r = v["results"].as_array().unwrap();
@@ -122,26 +117,23 @@ fn bench_uring_loop_next_to_batch() {
 fn bench_small_with_baseline_json() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = d.path().join("b");
-    let out = fgds()
-        .args([
-            "bench",
-            "-f",
-            p.to_str().unwrap(),
-            "-s",
-            "8M",
-            "-b",
-            "256K",
-            "-t",
-            "2",
-            "--baseline",
-            "--json",
-            "--chunk",
-            "64K",
-            "-q",
-            "4",
-        ])
-        .output()
-        .unwrap();
+    let out = run(&[
+        "bench",
+        "-f",
+        p.to_str().unwrap(),
+        "-s",
+        "8M",
+        "-b",
+        "256K",
+        "-t",
+        "2",
+        "--baseline",
+        "--json",
+        "--chunk",
+        "64K",
+        "-q",
+        "4",
+    ]);
     let v = json_of(&out, "bench --baseline");
     let r = v["results"].as_array().unwrap();
     assert_eq!(r.len(), 2);
@@ -150,18 +142,15 @@ fn bench_small_with_baseline_json() {
     assert_eq!(r[0]["direct_bytes"], 8 << 20);
     assert_eq!(r[1]["engine"], "pread-pool");
     assert_eq!(r[1]["bytes"], 8 << 20);
-    let out = fgds()
-        .args([
-            "bench",
-            "-f",
-            p.to_str().unwrap(),
-            "--mem",
-            "cuda",
-            "-s",
-            "1M",
-        ])
-        .output()
-        .unwrap();
+    let out = run(&[
+        "bench",
+        "-f",
+        p.to_str().unwrap(),
+        "--mem",
+        "cuda",
+        "-s",
+        "1M",
+    ]);
     if !out.status.success() {
         // no GPU/CUDA on the host: the error must say so
         assert!(
@@ -179,10 +168,10 @@ fn users_file(p: &std::path::Path, len: usize) -> Vec<u8> {
     data
 }
 
-fn bench(p: &std::path::Path, extra: &[&str]) -> std::process::Output {
+fn bench(p: &std::path::Path, extra: &[&str]) -> Output {
     let mut args = vec!["bench", "-f", p.to_str().unwrap(), "-b", "1M", "--json"];
     args.extend_from_slice(extra);
-    fgds().args(args).output().unwrap()
+    run(&args)
 }
 
 /// Issue 19: `fgds bench --rw read -s 32M` on an existing 10 MiB file of the
@@ -222,11 +211,7 @@ fn bench_write_does_not_overwrite_a_users_file() {
     let p = d.path().join("users.bin");
     let data = users_file(&p, 4 << 20);
     let out = bench(&p, &["--rw", "read", "-s", "4M"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert_eq!(std::fs::read(&p).unwrap(), data);
     let out = bench(&p, &["--rw", "write", "-s", "4M"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -237,11 +222,7 @@ fn bench_write_does_not_overwrite_a_users_file() {
     );
     assert_eq!(std::fs::read(&p).unwrap(), data, "the file was changed");
     let out = bench(&p, &["--rw", "write", "-s", "4M", "--overwrite"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert_ne!(std::fs::read(&p).unwrap(), data);
 }
 
@@ -258,11 +239,7 @@ fn bench_grows_and_writes_its_own_file() {
     let first = std::fs::read(&p).unwrap();
     assert_eq!(first.len(), 2 << 20);
     let out = bench(&p, &["--rw", "read", "-s", "12M"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let grown = std::fs::read(&p).unwrap();
     assert_eq!(grown.len(), 12 << 20);
     assert!(grown[..first.len()] == first[..]);
@@ -275,11 +252,7 @@ fn bench_grows_and_writes_its_own_file() {
         "grown file differs from a fresh fill"
     );
     let out = bench(&p, &["--rw", "write", "-s", "2M"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 /// An error of the tool ends with the hint of the library's one table of
@@ -299,19 +272,11 @@ fn errors_end_with_the_library_hint() {
 /// node here), 2 when the check fails: a missing file is not "no P2P".
 #[test]
 fn check_exit_codes_and_json() {
-    let no_nodes = std::fs::read_dir("/sys/class/misc")
-        .map(|r| {
-            r.flatten()
-                .all(|e| !e.file_name().to_string_lossy().starts_with("fgds"))
-        })
-        .unwrap_or(true);
+    let no_nodes = no_fgds_nodes();
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = d.path().join("f");
     std::fs::write(&p, vec![1u8; 8192]).unwrap();
-    let out = fgds()
-        .args(["check", "--json", p.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", "--json", p.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     if no_nodes {
         assert_eq!(out.status.code(), Some(1));
@@ -327,10 +292,7 @@ fn check_exit_codes_and_json() {
     }
 
     let missing = d.path().join("missing");
-    let out = fgds()
-        .args(["check", "--json", missing.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", "--json", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["verdict"], "error");
@@ -338,10 +300,7 @@ fn check_exit_codes_and_json() {
         .as_str()
         .unwrap()
         .contains("No such file"));
-    let out = fgds()
-        .args(["check", missing.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&["check", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("verdict: the check failed"));
 }

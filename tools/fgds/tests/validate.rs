@@ -3,22 +3,12 @@
 //! the JSON, its exit codes, and that it leaves no file behind and never
 //! overwrites one.
 
+mod common;
+
+use common::{fgds, no_fgds_nodes};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Command;
-
-fn fgds() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fgds"))
-}
-
-fn no_module() -> bool {
-    std::fs::read_dir("/sys/class/misc")
-        .map(|r| {
-            r.flatten()
-                .all(|e| !e.file_name().to_string_lossy().starts_with("fgds"))
-        })
-        .unwrap_or(true)
-}
 
 /// The JSON fields the README documents: `a.b`, `a[].b`.
 fn documented_fields() -> BTreeSet<String> {
@@ -139,7 +129,7 @@ fn report_matches_its_documented_format() {
     let code = out.status.code().unwrap();
     assert_eq!(Some(code as u64), r["exit_code"].as_u64(), "{md}");
     assert!((0..=3).contains(&code));
-    if no_module() {
+    if no_fgds_nodes() {
         assert_eq!(code, 1, "without the module P2P is blocked:\n{md}");
         assert_eq!(r["verdict"], "blocked");
         assert!(!r["blockers"].as_array().unwrap().is_empty());
