@@ -5,7 +5,7 @@
 use crate::error::{os_err, to_py};
 use crate::future::{Future, StreamFuture};
 use crate::gpu::gpu_io;
-use crate::info::causes_dict;
+use crate::info::{bounce_read_name, causes_dict};
 use crate::request::{check_range, hold, parse_segments, unregistered_gpu, GpuRange, Held};
 use fgds::{Buffer as RBuffer, Config, FileHandle};
 use pyo3::exceptions::PyValueError;
@@ -87,14 +87,18 @@ fn make_config(
     let d = Config::default();
     let bounce_read = match bounce_read {
         None => d.bounce_read,
-        Some("auto") => fgds::BounceRead::Auto,
-        Some("direct") => fgds::BounceRead::Direct,
-        Some("buffered") => fgds::BounceRead::Buffered,
-        Some(o) => {
-            return Err(to_py(fgds::Error::InvalidArgument(format!(
+        Some(o) => [
+            fgds::BounceRead::Auto,
+            fgds::BounceRead::Direct,
+            fgds::BounceRead::Buffered,
+        ]
+        .into_iter()
+        .find(|b| bounce_read_name(*b) == o)
+        .ok_or_else(|| {
+            to_py(fgds::Error::InvalidArgument(format!(
                 "bounce_read={o:?}: not \"auto\", \"direct\" or \"buffered\""
-            ))))
-        }
+            )))
+        })?,
     };
     Ok(Config {
         chunk_size: chunk_size.unwrap_or(d.chunk_size),

@@ -115,6 +115,16 @@ pub(crate) fn strerror(code: i32) -> &'static str {
     fgds::error::strerror(code)
 }
 
+/// A `bounce_read` setting's name, as `File(bounce_read=...)` takes it and
+/// `config()` reports it.
+pub(crate) fn bounce_read_name(b: fgds::BounceRead) -> &'static str {
+    match b {
+        fgds::BounceRead::Auto => "auto",
+        fgds::BounceRead::Direct => "direct",
+        fgds::BounceRead::Buffered => "buffered",
+    }
+}
+
 /// `config() -> dict`: the defaults in force, from the `FGDS_*`
 /// environment variables read once per process (`strict`, `chunk_size`,
 /// `queue_depth`, `threads`, `use_io_uring`, `direct`, `log`, `parallel`,
@@ -143,14 +153,7 @@ pub(crate) fn config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("split_size", e.split_size)?;
     d.set_item("bounce_chunk_size", e.bounce_chunk_size)?;
     d.set_item("bounce_split_size", e.bounce_split_size)?;
-    d.set_item(
-        "bounce_read",
-        match e.bounce_read {
-            fgds::BounceRead::Auto => "auto",
-            fgds::BounceRead::Direct => "direct",
-            fgds::BounceRead::Buffered => "buffered",
-        },
-    )?;
+    d.set_item("bounce_read", bounce_read_name(e.bounce_read))?;
     let set = PyDict::new(py);
     for (k, v) in &e.set {
         set.set_item(*k, v)?;
