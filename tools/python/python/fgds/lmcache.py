@@ -38,8 +38,9 @@ bounced.
 """
 
 # Importing this module imports neither lmcache nor torch: the classes live
-# in fgds._lmcache, imported on first attribute access (LMCache's loaders
-# use getattr(module, class_name), which goes through __getattr__).
+# in fgds._lmcache (which gathers them from its fgds._lmcache_* modules),
+# imported on first attribute access (LMCache's loaders use
+# getattr(module, class_name), which goes through __getattr__).
 
 __all__ = [
     "FgdsBackend",
