@@ -2,14 +2,16 @@
 (handed an L1 arena) and an FgdsBackend (through LMCache's StorageManager),
 prints "done", and ends its main thread, closing them only with ``close``
 as argv[2]. An atexit hook, which runs after the interpreter has waited for
-its threads, prints what is left: fgds.lmcache's registrations and the
-threads still alive, as one JSON line."""
+its threads, prints what is left: fgds.lmcache's registrations, the
+threads still alive and when (``time.monotonic()``, a clock the parent
+reads too), as one JSON line."""
 
 import atexit
 import json
 import os
 import sys
 import threading
+import time
 
 
 def left():
@@ -17,7 +19,8 @@ def left():
 
     print(json.dumps({"registrations": registrations(),
                       "threads": sorted(t.name for t in threading.enumerate()
-                                        if t is not threading.current_thread())}), flush=True)
+                                        if t is not threading.current_thread()),
+                      "t": time.monotonic()}), flush=True)
 
 
 HELD = []  # what a server holds until it exits
