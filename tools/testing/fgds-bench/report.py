@@ -15,7 +15,9 @@ gpu-vec-main.json (gpu-vec.py run with main's wheel, the code before a
 change, in the same call), shown beside it where present, and so is
 gpu-suite-main.json (gpu-suite.py --only file --rows "fgds one call" with
 the wheel of the code before a change, in the same call), whose warm one
-call the CPU note compares. Plots go to
+call the CPU note compares, and so is gpu-layouts.json (gpu-layouts.py:
+cold loads by checkpoint layout; {"runs": [...]} for several calls).
+Plots go to
 docs/benchmarks/ (plot.py for the VM and host suites, bar charts for the GPU
 suite and its safetensors loaders).
 """
@@ -32,6 +34,7 @@ TOP = os.path.abspath(os.path.join(HERE, "../../.."))
 # this folder is sys.path[0]); no __pycache__ is left in the source tree.
 sys.dont_write_bytecode = True
 from report_gpu import gpu_plot, gpu_section, loaders_plot  # noqa: E402
+from report_gpu_layouts import gpu_layouts_section  # noqa: E402
 from report_gpu_vec import gpu_vec_section  # noqa: E402
 from report_host import host_section  # noqa: E402
 from report_util import load, load_lines  # noqa: E402
@@ -139,6 +142,9 @@ def main():
             cost = kept("gpu-copy-cost.json")
             if vec:
                 parts.append(gpu_vec_section(vec, before, cost, kept=not fresh))
+            layouts = kept("gpu-layouts.json")
+            if layouts:
+                parts.append(gpu_layouts_section(layouts))
     # the inputs go with the page, so that it can be checked and regenerated
     for n in ("vm", "host", "gpu"):
         if docs[n] and os.path.abspath(src[n]) != os.path.abspath(os.path.join(img_dir, f"{n}-suite.json")):
