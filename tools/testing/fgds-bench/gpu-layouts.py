@@ -127,7 +127,6 @@ def write_layout(d, layout, total, shard):
     """Writes the layout's file(s) under d; returns (tensors on the GPU,
     paths in order)."""
     import torch
-    import safetensors.torch as st
 
     os.makedirs(d, exist_ok=True)
     for n in os.listdir(d):
@@ -136,20 +135,7 @@ def write_layout(d, layout, total, shard):
     sd = {k: torch.randn(s, dtype=torch.bfloat16, device="cuda", generator=g)
           for k, s in shapes(layout, total, 19)}
     limit = shard if layout == "shards" else total * 2
-    files, cur, size = [], {}, 0
-    for k, v in sd.items():
-        n = v.numel() * v.element_size()
-        if cur and size + n > limit:
-            files.append(cur)
-            cur, size = {}, 0
-        cur[k] = v
-        size += n
-    files.append(cur)
-    paths = []
-    for i, part in enumerate(files):
-        p = os.path.join(d, f"model-{i + 1:05d}-of-{len(files):05d}.safetensors")
-        st.save_file(part, p, metadata={"format": "pt"})
-        paths.append(p)
+    paths = [os.path.join(d, name) for name, _ in gs.save_shards(d, sd, limit)]
     os.sync()
     return sd, paths
 

@@ -825,6 +825,29 @@ def part_checkpoint(s, d):
 # ---------------------------------------------------------------- 3. a sharded checkpoint
 
 
+def save_shards(d, sd, shard):
+    """Saves the tensors of `sd`, in order, in safetensors files of at most
+    about `shard` bytes under `d` (model-0000i-of-0000n.safetensors);
+    returns [(file name, {name: tensor})] in file order."""
+    import safetensors.torch as st
+
+    files, cur, size = [], {}, 0
+    for k, v in sd.items():
+        n = v.numel() * v.element_size()
+        if cur and size + n > shard:
+            files.append(cur)
+            cur, size = {}, 0
+        cur[k] = v
+        size += n
+    files.append(cur)
+    out = []
+    for i, part in enumerate(files):
+        name = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+        st.save_file(part, os.path.join(d, name), metadata={"format": "pt"})
+        out.append((name, part))
+    return out
+
+
 def write_sharded(d, total, shard):
     """A checkpoint as people have them: bf16 tensors of a transformer's
     shapes (embedding, attention and MLP projections, norms), about
@@ -832,7 +855,6 @@ def write_sharded(d, total, shard):
     (model-0000i-of-0000n.safetensors) and its model.safetensors.index.json.
     Returns (the tensors on the GPU, the index's path)."""
     import torch
-    import safetensors.torch as st
 
     g = torch.Generator(device="cuda").manual_seed(13)
     h, ff, vocab = 4096, 11008, 32000
@@ -849,20 +871,7 @@ def write_sharded(d, total, shard):
         layer += 1
     shapes += [("model.norm.weight", (h,))]
     sd = {k: torch.randn(shape, dtype=torch.bfloat16, device="cuda", generator=g) for k, shape in shapes}
-    files, cur, size = [], {}, 0
-    for k, v in sd.items():
-        n = v.numel() * v.element_size()
-        if cur and size + n > shard:
-            files.append(cur)
-            cur, size = {}, 0
-        cur[k] = v
-        size += n
-    files.append(cur)
-    wmap = {}
-    for i, part in enumerate(files):
-        name = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
-        st.save_file(part, os.path.join(d, name), metadata={"format": "pt"})
-        wmap.update({k: name for k in part})
+    wmap = {k: name for name, part in save_shards(d, sd, shard) for k in part}
     index = os.path.join(d, "model.safetensors.index.json")
     with open(index, "w") as f:
         json.dump({"metadata": {"total_size": sum(v.numel() * v.element_size() for v in sd.values())},
